@@ -7,7 +7,10 @@ with it; it stops them all on Ctrl-C. The same is available in Python as `EnvFle
 to kill and restart workers), and `ServerThread` runs any ASGI app in a thread of this process.
 
 With `--sandbox`, each worker's command is wrapped by `environments.sandbox.wrap_worker_command
-(argv) -> argv`, imported only then, so this module works where no sandbox backend exists.
+(argv) -> argv`, imported only then, so this module works where no sandbox backend exists: each
+worker runs in its own bwrap sandbox (host network, read-only view of the repo, venv and task
+data, private /tmp and $HOME; see `environments/sandbox/worker_wrap.py`). In Python,
+`add_worker(task, sandbox=True)`, or `sandbox=WorkerSandbox(...)` for extra paths or variables.
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import httpx
 import uvicorn
+
+if TYPE_CHECKING:   # only for annotations: the sandbox package is imported on demand
+    from environments.sandbox import WorkerSandbox
 
 _READY_PREFIX = "listening on "
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent   # `python -m` resolves from here
@@ -84,8 +91,9 @@ def controller_argv(port: int = 0, **settings: float | int | str) -> list[str]:
     return argv
 
 
-def worker_argv(task: str, controller_url: str, port: int = 0, *, sandbox: bool = False,
-                **settings: float | int | str) -> list[str]:
+def worker_argv(task: str, controller_url: str, port: int = 0, *,
+                sandbox: bool | WorkerSandbox = False, **settings: float | int | str) -> list[str]:
+    """The worker's command; `sandbox`: True, or a `WorkerSandbox` with options, wraps it."""
     argv = [sys.executable, "-m", "environments.worker", "--task", task,
             "--controller", controller_url, "--port", str(port)]
     for key, value in settings.items():
@@ -94,16 +102,19 @@ def worker_argv(task: str, controller_url: str, port: int = 0, *, sandbox: bool 
                 argv += ["--param", pair]
         else:
             argv += ["--" + key.replace("_", "-"), str(value)]
-    return wrap_in_sandbox(argv) if sandbox else argv
+    if sandbox is False or sandbox is None:
+        return argv
+    return wrap_in_sandbox(argv, None if sandbox is True else sandbox)
 
 
-def wrap_in_sandbox(argv: list[str]) -> list[str]:
+def wrap_in_sandbox(argv: list[str], options: WorkerSandbox | None = None) -> list[str]:
+    """`argv` run in its own sandbox; `options`: an `environments.sandbox.WorkerSandbox`."""
     try:
         from environments.sandbox import wrap_worker_command
     except ImportError as error:
         raise RuntimeError("--sandbox needs environments.sandbox.wrap_worker_command(argv) -> "
                            f"argv, which is not available: {error}") from None
-    return list(wrap_worker_command(argv))
+    return list(wrap_worker_command(argv, options))
 
 
 class EnvFleet:
@@ -117,8 +128,9 @@ class EnvFleet:
     def url(self) -> str:
         return self.controller.url
 
-    def add_worker(self, task: str, port: int = 0, sandbox: bool = False,
+    def add_worker(self, task: str, port: int = 0, sandbox: bool | WorkerSandbox = False,
                    **settings) -> ServerProcess:
+        """Starts a worker of `task` registering here; `sandbox` as for `worker_argv`."""
         worker = start_server(worker_argv(task, self.url, port, sandbox=sandbox, **settings))
         self.workers.append(worker)
         return worker

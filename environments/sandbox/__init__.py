@@ -1,6 +1,7 @@
 """Process isolation for task workers: bwrap (default) and Apptainer sandboxes.
 
-See `sandbox.py` for the API and `../../../shared/design/ARCHITECTURE.md` (Sandboxes) for the
+See `sandbox.py` for the API (and `worker_wrap.py` for running a whole task worker sandboxed,
+`wrap_worker_command`) and `../../../shared/design/ARCHITECTURE.md` (Sandboxes) for the
 design. No JAX here: environments know nothing of the model side.
 
 Security model:
@@ -20,6 +21,7 @@ from environments.sandbox.instance import SandboxError, SandboxInstance
 from environments.sandbox.result import ExecResult, ExecStatus
 from environments.sandbox.sandbox import Sandbox
 from environments.sandbox.session import ShellSession
+from environments.sandbox.worker_wrap import WorkerSandbox, wrap_worker_command
 
 __all__ = [
     "ExecResult",
@@ -30,4 +32,6 @@ __all__ = [
     "SandboxError",
     "SandboxInstance",
     "ShellSession",
+    "WorkerSandbox",
+    "wrap_worker_command",
 ]
