@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import dataclasses
 import os
 import pathlib
@@ -37,6 +38,7 @@ if TYPE_CHECKING:   # only for annotations: the sandbox package is imported on d
     from environments.sandbox import WorkerSandbox
 
 _READY_PREFIX = "listening on "
+_PR_SET_PDEATHSIG = 1
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent   # `python -m` resolves from here
 
 
@@ -67,14 +69,34 @@ class ServerProcess:
                 self.process.wait()
 
 
-def start_server(argv: Sequence[str], timeout_s: float = 60.0,
-                 env: dict[str, str] | None = None) -> ServerProcess:
-    """Starts `argv` (a module printing `listening on URL` first) and waits for that line."""
-    process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                               env={**os.environ, **(env or {})})
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the process that started it dies.
+
+    So a launcher killed with SIGKILL leaves no controller or worker behind. The signal is tied
+    to the *thread* that forks, so servers are started from the thread that outlives them.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn_server(argv: Sequence[str], env: dict[str, str] | None = None,
+                 log_path: str | os.PathLike | None = None) -> subprocess.Popen[str]:
+    """Starts `argv` (stderr to `log_path` if given); `wait_ready` then reads its address."""
+    stderr = open(log_path, "ab") if log_path else None   # noqa: SIM115 - the child keeps it
+    try:
+        return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                cwd=REPO_ROOT, env={**os.environ, **(env or {})},
+                                preexec_fn=_die_with_parent)
+    finally:
+        if stderr is not None:
+            stderr.close()
+
+
+def wait_ready(argv: Sequence[str], process: subprocess.Popen[str],
+               timeout_s: float = 60.0) -> ServerProcess:
+    """Waits for the `listening on URL` line a server prints once its socket is bound."""
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], timeout_s)
-    line = process.stdout.readline() if ready else ""   # printed once the socket is bound
+    line = process.stdout.readline() if ready else ""
     if not line.startswith(_READY_PREFIX):
         process.kill()
         process.wait()
@@ -82,6 +104,13 @@ def start_server(argv: Sequence[str], timeout_s: float = 60.0,
     # Keep draining stdout so that a chatty server never blocks on a full pipe.
     threading.Thread(target=process.stdout.read, daemon=True).start()
     return ServerProcess(list(argv), process, line[len(_READY_PREFIX):].strip())
+
+
+def start_server(argv: Sequence[str], timeout_s: float = 60.0,
+                 env: dict[str, str] | None = None,
+                 log_path: str | os.PathLike | None = None) -> ServerProcess:
+    """Starts `argv` (a module printing `listening on URL` first) and waits for that line."""
+    return wait_ready(argv, spawn_server(argv, env, log_path), timeout_s)
 
 
 def controller_argv(port: int = 0, **settings: float | int | str) -> list[str]:
@@ -120,8 +149,12 @@ def wrap_in_sandbox(argv: list[str], options: WorkerSandbox | None = None) -> li
 class EnvFleet:
     """A controller and workers as subprocesses; a context manager that stops them all."""
 
-    def __init__(self, controller_settings: dict | None = None) -> None:
-        self.controller = start_server(controller_argv(**(controller_settings or {})))
+    def __init__(self, controller_settings: dict | None = None,
+                 log_dir: str | os.PathLike | None = None) -> None:
+        self.log_dir = pathlib.Path(log_dir) if log_dir is not None else None
+        log = self.log_dir / "controller.log" if self.log_dir is not None else None
+        self.controller = start_server(controller_argv(**(controller_settings or {})),
+                                       log_path=log)
         self.workers: list[ServerProcess] = []
 
     @property
@@ -131,9 +164,24 @@ class EnvFleet:
     def add_worker(self, task: str, port: int = 0, sandbox: bool | WorkerSandbox = False,
                    **settings) -> ServerProcess:
         """Starts a worker of `task` registering here; `sandbox` as for `worker_argv`."""
-        worker = start_server(worker_argv(task, self.url, port, sandbox=sandbox, **settings))
-        self.workers.append(worker)
-        return worker
+        return self.add_workers([dict(task=task, port=port, sandbox=sandbox, **settings)])[0]
+
+    def add_workers(self, specs: Sequence[dict], timeout_s: float = 300.0
+                    ) -> list[ServerProcess]:
+        """Starts several workers at once (each spec: `add_worker`'s arguments) and waits for
+        all; they load their data in parallel. Stderr goes to `log_dir/worker-N.log`."""
+        started = []
+        for spec in specs:
+            spec = dict(spec)
+            argv = worker_argv(spec.pop("task"), self.url, spec.pop("port", 0),
+                               sandbox=spec.pop("sandbox", False), **spec)
+            log = None
+            if self.log_dir is not None:
+                log = self.log_dir / f"worker-{len(self.workers) + len(started)}.log"
+            started.append((argv, spawn_server(argv, log_path=log)))
+        workers = [wait_ready(argv, process, timeout_s) for argv, process in started]
+        self.workers += workers
+        return workers
 
     def restart_worker(self, worker: ServerProcess) -> ServerProcess:
         """Starts the same command again (same port, so same address) and replaces `worker`."""

@@ -1,0 +1,163 @@
+"""Evaluation on the AgentBench-FC tasks through any AgentRL-compatible controller.
+
+For each task, `runs` passes over its test indices (temperature sampling, so passes differ):
+
+    success_r = mean over indices of [status == completed and reward >= 1]    (pass r)
+    score_r   = mean over indices of reward                 (WebShop's reward is fractional)
+    report    mean ± std over r of success_r and score_r, per task and averaged over tasks
+
+plus how episodes ended (the AgentRL paper's Table 7): completed, task limit reached (turn
+limit), invalid action (including failed tool-call validation), context limit, task error.
+Episodes are played by the same `rollout.run_episode` as training, so evaluation sees exactly
+the training-time prompt, parser and limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import pathlib
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.rollout.agent_loop import AgentSpec, Generator, run_episode
+from agentrl_jax.rollout.record import Rollout
+
+# Table 7's columns; validation failures count as invalid actions, as in the paper.
+TERMINATIONS = {
+    "completed": (SampleStatus.COMPLETED,),
+    "task_limit_reached": (SampleStatus.TASK_LIMIT_REACHED,),
+    "invalid_action": (SampleStatus.AGENT_INVALID_ACTION, SampleStatus.AGENT_VALIDATION_FAILED),
+    "context_limit": (SampleStatus.AGENT_CONTEXT_LIMIT,),
+    "task_error": (SampleStatus.TASK_ERROR, SampleStatus.CANCELLED, SampleStatus.UNKNOWN),
+}
+
+
+@dataclasses.dataclass
+class TaskResult:
+    task: str
+    episodes: int
+    success_per_run: list[float]
+    score_per_run: list[float]
+    terminations: dict[str, float]  # fraction of all episodes of the task
+
+    @property
+    def success_mean(self) -> float:
+        return float(np.mean(self.success_per_run))
+
+    @property
+    def success_std(self) -> float:
+        return float(np.std(self.success_per_run))
+
+    @property
+    def score_mean(self) -> float:
+        return float(np.mean(self.score_per_run))
+
+    @property
+    def score_std(self) -> float:
+        return float(np.std(self.score_per_run))
+
+
+def is_success(rollout: Rollout) -> bool:
+    return rollout.status == SampleStatus.COMPLETED and rollout.reward >= 1.0
+
+
+def summarize_task(task: str, runs: Sequence[Sequence[Rollout]]) -> TaskResult:
+    """One task's result from its episodes, grouped by pass."""
+    episodes = [r for run in runs for r in run]
+    terminations = {
+        name: float(np.mean([r.status in statuses for r in episodes])) if episodes else 0.0
+        for name, statuses in TERMINATIONS.items()
+    }
+    return TaskResult(
+        task=task,
+        episodes=len(episodes),
+        success_per_run=[float(np.mean([is_success(r) for r in run])) if run else 0.0
+                         for run in runs],
+        score_per_run=[float(np.mean([r.reward for r in run])) if run else 0.0 for run in runs],
+        terminations=terminations,
+    )
+
+
+async def evaluate(
+    client: ControllerClient,
+    generator: Generator,
+    agent: AgentSpec,
+    task_indices: Mapping[str, Sequence[SampleIndex]],
+    *,
+    runs: int = 1,
+    concurrency: int = 32,
+    seed: int = 0,
+    on_episode: Callable[[Rollout], None] | None = None,
+) -> dict[str, TaskResult]:
+    """Plays every (task, index) `runs` times, `concurrency` episodes at once."""
+    limit = asyncio.Semaphore(concurrency)
+    rng = random.Random(seed)
+    jobs = [(task, run, index, rng.getrandbits(32))
+            for run in range(runs) for task in sorted(task_indices)
+            for index in task_indices[task]]
+
+    async def play(task: str, run: int, index: SampleIndex, episode_seed: int):
+        async with limit:
+            rollout = await run_episode(client, generator, agent, task, index,
+                                        group_id=run, rng=random.Random(episode_seed))
+        if on_episode is not None:
+            on_episode(rollout)
+        return task, run, rollout
+
+    played = await asyncio.gather(*(play(*job) for job in jobs))
+    results = {}
+    for task in sorted(task_indices):
+        per_run = [[r for t, k, r in played if t == task and k == run] for run in range(runs)]
+        results[task] = summarize_task(task, per_run)
+    return results
+
+
+def average(results: Mapping[str, TaskResult]) -> dict[str, float]:
+    """The unweighted average over tasks (every task counts the same, as in AgentBench)."""
+    return {
+        "success_mean": float(np.mean([r.success_mean for r in results.values()])),
+        "score_mean": float(np.mean([r.score_mean for r in results.values()])),
+    }
+
+
+def to_json(results: Mapping[str, TaskResult]) -> dict[str, Any]:
+    out: dict[str, Any] = {"average": average(results), "tasks": {}}
+    for task, r in results.items():
+        out["tasks"][task] = {
+            **dataclasses.asdict(r),
+            "success_mean": r.success_mean, "success_std": r.success_std,
+            "score_mean": r.score_mean, "score_std": r.score_std,
+        }
+    return out
+
+
+def to_markdown(results: Mapping[str, TaskResult], title: str | None = None) -> str:
+    """A table: success and score (mean ± std over passes) and how episodes ended."""
+    cols = list(TERMINATIONS)
+    lines = [f"### {title}", ""] if title else []
+    lines += ["| task | episodes | success | score | " + " | ".join(cols) + " |",
+              "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in cols) + " |"]
+    for task, r in results.items():
+        ends = " | ".join(f"{100 * r.terminations[c]:.0f}%" for c in cols)
+        lines.append(f"| {task} | {r.episodes} | {100 * r.success_mean:.1f} ± "
+                     f"{100 * r.success_std:.1f} | {100 * r.score_mean:.1f} ± "
+                     f"{100 * r.score_std:.1f} | {ends} |")
+    avg = average(results)
+    lines.append(f"| **average** | | {100 * avg['success_mean']:.1f} | "
+                 f"{100 * avg['score_mean']:.1f} | " + " | ".join("" for _ in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(results: Mapping[str, TaskResult], directory: str | pathlib.Path, name: str) -> None:
+    """`name.json` and `name.md` in `directory`."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.json").write_text(json.dumps(to_json(results), indent=1) + "\n")
+    (directory / f"{name}.md").write_text(to_markdown(results, title=name))

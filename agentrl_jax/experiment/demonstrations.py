@@ -1,0 +1,49 @@
+"""Oracle demonstrations for the supervised warm start, played once and cached.
+
+Each task's oracle (`environments/<task>/oracle.py`) is played on the first `limit` indices of a
+split through a real task worker, by `python -m environments.oracle --export` in a subprocess,
+and the episodes are kept as JSONL under the cache (`models.zoo.cache_root()/demos`). A file is
+written under a temporary name and renamed when complete, so a killed run never leaves a partial
+cache behind; a later run (or another run directory) reuses it.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from agentrl_jax.models.zoo import cache_root
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def demo_path(task: str, split: str, limit: int) -> pathlib.Path:
+    return cache_root() / "demos" / f"{task}-{split}-{limit}.jsonl"
+
+
+def oracle_demos(task: str, split: str = "train", limit: int = 100,
+                 log_dir: pathlib.Path | None = None) -> pathlib.Path:
+    """The path of `limit` oracle episodes of `task` (playing them if not cached)."""
+    path = demo_path(task, split, limit)
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    summary = partial.with_suffix(".json")
+    argv = [sys.executable, "-m", "environments.oracle", "--task", task, "--split", split,
+            "--limit", str(limit), "--export", str(partial), "--output", str(summary)]
+    log = open(log_dir / f"oracle_{task}.log", "w") if log_dir else subprocess.DEVNULL
+    try:
+        done = subprocess.run(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        if log_dir:
+            log.close()
+    summary.unlink(missing_ok=True)
+    if done.returncode != 0 or not partial.exists():
+        partial.unlink(missing_ok=True)
+        where = f" (see {log_dir / f'oracle_{task}.log'})" if log_dir else ""
+        raise RuntimeError(f"playing the {task} oracle failed with code {done.returncode}{where}")
+    partial.rename(path)
+    return path

@@ -1,0 +1,119 @@
+"""The RL stage of a run: build the engine, trainer and pipeline; checkpoint; resume.
+
+State lives in `run_dir/checkpoints` (Orbax): the train state plus the pipeline's bookkeeping,
+which holds the task stream's position and the next group id. Resuming restores both, so a
+restarted run continues the same draw sequence after the last checkpointed step: groups that
+were in flight when the process died are never trained (their draws are skipped, not
+replayed), and no group id is used twice. Metric records of the lost steps are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import ml_collections
+from jax.sharding import Mesh
+
+from agentrl_jax.checkpoint import CheckpointManager
+from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.data import TaskStream
+from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.experiment.policy import Policy
+from agentrl_jax.pipeline import runner
+from agentrl_jax.rl import advantages, train_step
+from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
+from agentrl_jax.rollout.cross_policy import PolicyMix
+from agentrl_jax.sampling import AsyncSamplingEngine, EngineConfig, SamplingEngine, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """AgentRL's settings where they apply (temperature 0.8, G=8, lr 1e-6, −0.2 penalty)."""
+    return ml_collections.ConfigDict(dict(
+        pipeline=runner.default_config(),
+        trainer=train_step.default_config(),
+        advantages=advantages.default_config(),
+        sampling=dict(temperature=0.8, top_p=1.0, top_k=0),
+        limits=dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024),
+        engine=dict(max_batch=32, page_size=16, num_pages=4096, max_context=8192,
+                    prefill_buckets=(128, 512, 2048), context_buckets=(1024, 2048, 4096),
+                    batch_buckets=(1, 4, 8, 16), steps_per_sync=8),
+        checkpoint=dict(every=10, keep=2),
+    ))
+
+
+def agent_spec(config: ml_collections.ConfigDict, policy: Policy,
+               stale_ratio: float = 0.0) -> AgentSpec:
+    """The agent side of episodes: sampling settings, limits, policy mix, chat format."""
+    limits = EpisodeLimits(**config.limits.to_dict())
+    sampling = SamplingParams(max_new_tokens=limits.max_new_tokens, **config.sampling.to_dict())
+    return AgentSpec(tokenizer=policy.tokenizer, sampling=sampling, limits=limits,
+                     policy_mix=PolicyMix.current_and_stale(stale_ratio), parser=policy.parser,
+                     end_of_turn_ids=policy.end_of_turn_ids)
+
+
+def make_engine(config: ml_collections.ConfigDict, policy: Policy,
+                mesh: Mesh | None = None) -> AsyncSamplingEngine:
+    engine_cfg = config.engine.to_dict()
+    engine_cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in engine_cfg.items()}
+    return AsyncSamplingEngine(SamplingEngine(policy.model, EngineConfig(**engine_cfg), mesh=mesh))
+
+
+@dataclasses.dataclass
+class RLResult:
+    state: train_step.TrainState
+    trainer: train_step.Trainer
+    resumed_from: int | None
+
+
+async def run_rl(
+    config: ml_collections.ConfigDict,
+    *,
+    policy: Policy,
+    engine: AsyncSamplingEngine,
+    trainer_mesh: Mesh,
+    client: ControllerClient,
+    task_indices: Mapping[str, Sequence[Any]],
+    run_dir: pathlib.Path,
+    metrics: MetricsLog,
+    on_step: Callable[[runner.StepReport], None] | None = None,
+) -> RLResult:
+    """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`."""
+    pcfg = config.pipeline
+    trainer = train_step.Trainer(policy.model, config.trainer, trainer_mesh)
+    stream = TaskStream(task_indices, seed=pcfg.seed)
+    state = trainer.init_state(pcfg.seed)
+    every = int(config.checkpoint.every)
+    with CheckpointManager(run_dir / "checkpoints", max_to_keep=config.checkpoint.keep) as ckpt:
+        start, book = ckpt.latest_step(), None
+        if start is not None:
+            state, book = ckpt.restore(state)
+            stream.set_state(book["stream_state"])
+            dropped = metrics.truncate("rl", start)
+            log.info("resumed RL from step %d (dropped %d records of lost steps)", start, dropped)
+
+        def checkpoint_and_log(report: runner.StepReport) -> None:
+            trained = sorted({r.group_id for r in report.rollouts})
+            metrics.write("rl", report.step, {**report.metrics, "groups_trained": trained})
+            if report.step % every == 0 or report.step == pcfg.steps:
+                ckpt.save(report.step, report.state, bookkeeping=report.bookkeeping, force=True)
+            if on_step is not None:
+                on_step(report)
+
+        pipeline = runner.RLPipeline(
+            pcfg, client=client, engine=engine, trainer=trainer,
+            agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
+            adv_config=config.advantages, on_step=checkpoint_and_log, bookkeeping=book)
+        state = await pipeline.run(state, start_step=start or 0)
+        ckpt.wait_until_finished()
+    # The trained weights back into the policy's model, for evaluation and export.
+    from flax import nnx
+
+    nnx.update(policy.model, nnx.state(trainer.model(jax.device_get(state.params))))
+    return RLResult(state, trainer, start)

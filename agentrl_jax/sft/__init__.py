@@ -1,0 +1,1 @@
+"""Supervised warm start: demonstrations → token streams → masked next-token likelihood."""

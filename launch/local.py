@@ -1,0 +1,303 @@
+"""The main job on one machine: environments, warm start, async multi-task RL, evaluation.
+
+    python -m launch.local [--config=configs/local_default.py[:fast]] [--config.KEY=VALUE ...]
+
+Stages, each recorded in `RUN_DIR/stages.json` when done (so rerunning the same command after a
+crash, even `kill -9`, skips finished stages and resumes RL from its last checkpoint):
+
+  1. environments   a controller and, per task, a train-split and a test-split worker, each in
+                    its own sandbox (or `env.controller_url`: any AgentRL-compatible fleet)
+  2. demos          each task's oracle played on `demos.per_task` train indices (cached)
+  3. sft            tokenizer + model warm-started on the demonstrations (cached by config)
+  4. eval_before    the test split, before RL
+  5. rl             asynchronous multi-task RL (checkpoints in RUN_DIR/checkpoints)
+  6. eval_after     the test split, after RL; the final policy in RUN_DIR/final_model
+  7. report         RUN_DIR/results.md and RUN_DIR/success.png
+
+Metrics: RUN_DIR/metrics.jsonl and TensorBoard (`tensorboard --logdir RUN_DIR/tensorboard`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from absl import app
+from absl import logging as absl_logging
+from jax.sharding import Mesh
+from ml_collections import config_flags
+from tqdm import tqdm
+
+from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.evaluation import agentbench
+from agentrl_jax.experiment import demonstrations, report, rl_stage
+from agentrl_jax.experiment import policy as policy_lib
+from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.models.zoo import cache_root
+from agentrl_jax.sft import demos as demos_lib
+from agentrl_jax.sft import stage as sft_stage
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", str(REPO_ROOT / "configs" / "local_default.py"), "run configuration")
+log = logging.getLogger("launch.local")
+
+
+# ----------------------------------------------------------------------------- run directory
+
+
+class RunDir:
+    """The run's directory and its record of finished stages."""
+
+    def __init__(self, path: str | pathlib.Path):
+        self.path = pathlib.Path(path).resolve()
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "logs").mkdir(exist_ok=True)
+        self._stages_file = self.path / "stages.json"
+
+    def stages(self) -> dict[str, Any]:
+        if not self._stages_file.exists():
+            return {}
+        return json.loads(self._stages_file.read_text())
+
+    def done(self, stage: str) -> bool:
+        return stage in self.stages()
+
+    def mark(self, stage: str, **info: Any) -> None:
+        stages = self.stages()
+        stages[stage] = {"finished": time.time(), **info}
+        tmp = self._stages_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stages, indent=1) + "\n")
+        tmp.replace(self._stages_file)   # atomic: a kill never leaves a torn file
+
+    def check_config(self, config: ml_collections.ConfigDict) -> None:
+        """Writes config.json; refuses to resume a run directory made with another config."""
+        path = self.path / "config.json"
+        text = config.to_json(indent=1, sort_keys=True)
+        if path.exists() and self.stages() and path.read_text() != text:
+            raise SystemExit(f"{self.path} holds a run with a different config; pass another "
+                             "--config.run_dir or delete it")
+        path.write_text(text)
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def start_environments(env: ml_collections.ConfigDict, run: RunDir, stack: contextlib.ExitStack
+                       ) -> str:
+    """The controller URL: `env.controller_url`, or a fleet started here (stopped on exit)."""
+    if env.controller_url:
+        return env.controller_url
+    from launch.env_fleet import EnvFleet
+
+    fleet = stack.enter_context(EnvFleet(log_dir=run.path / "logs"))
+    splits = (env.train_split, env.test_split)
+    print(f"environments: starting {len(env.tasks) * 2} workers"
+          f"{' (sandboxed)' if env.sandbox else ''}; logs in {run.path / 'logs'}")
+    fleet.add_workers([dict(task=task, sandbox=env.sandbox, concurrency=env.concurrency,
+                            params=[f"split={split}"]) for task in env.tasks for split in splits])
+    (run.path / "fleet.json").write_text(json.dumps({
+        "controller": {"url": fleet.url, "pid": fleet.controller.process.pid},
+        "workers": [{"argv": w.argv, "url": w.url, "pid": w.process.pid}
+                    for w in fleet.workers]}, indent=1))
+    names = {f"{task}-{split}" for task in env.tasks for split in splits}
+    fleet.wait_until(lambda listing: names <= {
+        name for name, workers in listing.items()
+        if any(w["status"] == "alive" for w in workers)}, timeout_s=120)
+    return fleet.url
+
+
+def gather_demos(config: ml_collections.ConfigDict, run: RunDir) -> list[pathlib.Path]:
+    paths = []
+    for task in tqdm(config.env.tasks, desc="demonstrations", unit="task"):
+        paths.append(demonstrations.oracle_demos(task, config.demos.split, config.demos.per_task,
+                                                 log_dir=run.path / "logs"))
+    return paths
+
+
+def prepare_task_data(config: ml_collections.ConfigDict, run: RunDir) -> None:
+    """Builds every task's data cache for the splits the workers will serve."""
+    for task in tqdm(config.env.tasks, desc="task data", unit="task"):
+        for split in (config.env.train_split, config.env.test_split):
+            code = ("from environments.registry import load_task; "
+                    f"load_task({task!r}, split={split!r})")
+            with open(run.path / "logs" / f"prepare_{task}_{split}.log", "w") as out:
+                subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True,
+                               stdout=out, stderr=subprocess.STDOUT)
+
+
+def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) -> str:
+    """What decides the warm-started policy; equal keys share one cached result."""
+    material = json.dumps({
+        "model": config.model.to_dict(), "sft": config.sft.to_dict(),
+        "demos": [p.name for p in demo_paths], "max_tokens": config.demos.max_tokens,
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path],
+               mesh: Mesh, metrics: MetricsLog) -> pathlib.Path:
+    """The HF directory of the warm-started policy, trained now unless cached."""
+    target = cache_root() / "sft" / _sft_key(config, demo_paths)
+    if (target / "config.json").exists():
+        print(f"warm start: cached {target}")
+        return target
+    demos = list(demos_lib.read_demos(demo_paths))
+    if config.model.source == "scratch":
+        policy = policy_lib.new_scratch_policy(config.model, demos_lib.demo_texts(demos))
+    else:
+        policy = policy_lib.load_policy(policy_lib.pretrained_dir(config.model),
+                                        config.model.parser)
+    trajectories = [demos_lib.demo_trajectory(policy.tokenizer, d, policy.end_of_turn_ids)
+                    for d in demos]
+    kept = [t for t in trajectories if len(t) <= config.demos.max_tokens]
+    print(f"warm start: {len(kept)} demonstrations ({len(trajectories) - len(kept)} longer than "
+          f"{config.demos.max_tokens} tokens left out), {sum(map(len, kept))} tokens, "
+          f"{policy.model.cfg.num_params() / 1e6:.1f}M parameters")
+    bar = tqdm(desc="warm start (SFT)", unit="step")
+
+    def on_step(step: int, total: int, values: dict[str, float]) -> None:
+        bar.total = total
+        bar.update(1)
+        bar.set_postfix(nll=f"{values['loss']:.3f}")
+        metrics.write("sft", step, values)
+
+    sft_stage.run_sft(policy.model, kept, config.sft, mesh, on_step)
+    bar.close()
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    policy_lib.save_policy(policy, partial)
+    partial.rename(target)
+    return target
+
+
+async def evaluate(config, policy, engine, client, name: str, run: RunDir) -> dict[str, Any]:
+    tasks = {}
+    for task in config.env.tasks:
+        name_ = f"{task}-{config.env.test_split}"
+        tasks[name_] = (await client.get_indices(name_))[: config.eval.per_task]
+    agent = rl_stage.agent_spec(config.rl, policy)
+    bar = tqdm(total=sum(map(len, tasks.values())) * config.eval.runs, desc=name, unit="episode")
+    results = await agentbench.evaluate(
+        client, engine, agent, tasks, runs=config.eval.runs, concurrency=config.eval.concurrency,
+        seed=config.seed, on_episode=lambda _: bar.update(1))
+    bar.close()
+    agentbench.write(results, run.path, name)
+    print(agentbench.to_markdown(results, title=name))
+    return agentbench.to_json(results)
+
+
+# ----------------------------------------------------------------------------- the job
+
+
+def single_device_mesh() -> Mesh:
+    return Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+
+
+async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,
+                      metrics: MetricsLog) -> None:
+    mesh = single_device_mesh()
+    final_dir = run.path / "final_model"
+    if run.done("rl"):
+        policy_dir = final_dir
+    policy = policy_lib.load_policy(policy_dir, config.model.parser)
+    with rl_stage.make_engine(config.rl, policy) as engine:
+        async with ControllerClient(url) as client:
+            if config.eval.before_rl and not run.done("eval_before"):
+                await evaluate(config, policy, engine, client, "eval_before", run)
+                run.mark("eval_before")
+            if not run.done("rl"):
+                tasks = {}
+                for task in config.env.tasks:
+                    name = f"{task}-{config.env.train_split}"
+                    tasks[name] = await client.get_indices(name)
+                bar = tqdm(total=config.rl.pipeline.steps, desc="RL", unit="step")
+
+                def on_step(r) -> None:
+                    bar.n = r.step
+                    bar.set_postfix(reward=f"{r.metrics.get('reward_mean', 0):.2f}",
+                                    success=f"{r.metrics.get('success', 0):.2f}")
+                    bar.refresh()
+
+                result = await rl_stage.run_rl(
+                    config.rl, policy=policy, engine=engine, trainer_mesh=mesh, client=client,
+                    task_indices=tasks, run_dir=run.path, metrics=metrics, on_step=on_step)
+                bar.close()
+                shutil.rmtree(final_dir, ignore_errors=True)
+                policy_lib.save_policy(policy, final_dir)
+                run.mark("rl", steps=config.rl.pipeline.steps, resumed_from=result.resumed_from)
+            if not run.done("eval_after"):
+                await evaluate(config, policy, engine, client, "eval_after", run)
+                run.mark("eval_after")
+
+
+def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
+    def tasks_of(name: str) -> dict[str, Any] | None:
+        path = run.path / f"{name}.json"
+        if not path.exists():
+            return None
+        rows = json.loads(path.read_text())["tasks"]
+        return {k.rsplit("-", 1)[0]: v for k, v in rows.items()}
+
+    before, after = tasks_of("eval_before"), tasks_of("eval_after")
+    table = report.results_table(before, after)
+    (run.path / "results.md").write_text("# Results\n\n" + table)
+    records = [{**r, **{k.split("-")[0] + "/success": v for k, v in r.items()
+                        if k.endswith("/success")}} for r in metrics.records("rl")]
+    report.plot_success(
+        records, list(config.env.tasks), run.path / "success.png",
+        before={t: r["success_mean"] for t, r in (before or {}).items()},
+        after={t: r["success_mean"] for t, r in after.items()})
+    return table
+
+
+def run_job(config: ml_collections.ConfigDict) -> pathlib.Path:
+    """Runs (or resumes) every stage; returns the run directory."""
+    run = RunDir(config.run_dir)
+    run.check_config(config)
+    metrics = MetricsLog(run.path)
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        stack.callback(metrics.close)
+        if not run.done("demos"):
+            # Unsandboxed, so that each task builds its data caches (a sandboxed worker
+            # only reads them).
+            demo_paths = gather_demos(config, run)
+            prepare_task_data(config, run)
+            run.mark("demos", files=[str(p) for p in demo_paths])
+        url = start_environments(config.env, run, stack)
+        if not run.done("sft"):
+            demo_paths = [pathlib.Path(p) for p in run.stages()["demos"]["files"]]
+            policy_dir = warm_start(config, demo_paths, single_device_mesh(), metrics)
+            run.mark("sft", policy_dir=str(policy_dir))
+        policy_dir = pathlib.Path(run.stages()["sft"]["policy_dir"])
+        asyncio.run(rl_and_eval(config, run, url, policy_dir, metrics))
+    table = write_report(config, run, metrics)
+    run.mark("report", seconds=round(time.monotonic() - started, 1))
+    print("\n" + table + f"\nrun directory: {run.path}")
+    return run.path
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
+    run_job(_CONFIG.value)
+
+
+if __name__ == "__main__":
+    app.run(main)
