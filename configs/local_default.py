@@ -43,6 +43,7 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
 
     c.sft = sft_stage.default_config()
     c.sft.epochs = 3
+    c.sft.cache_dir = ""  # warm-started policies by config hash; "" = the agentrl_jax cache
 
     c.rl = rl_stage.default_config()
     c.rl.pipeline.update(steps=30, groups_per_step=5, group_size=4, rollout_workers=10,

@@ -141,7 +141,8 @@ def prepare_task_data(config: ml_collections.ConfigDict, run: RunDir) -> None:
 def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) -> str:
     """What decides the warm-started policy; equal keys share one cached result."""
     material = json.dumps({
-        "model": config.model.to_dict(), "sft": config.sft.to_dict(),
+        "model": config.model.to_dict(),
+        "sft": {k: v for k, v in config.sft.to_dict().items() if k != "cache_dir"},
         "demos": [p.name for p in demo_paths], "max_tokens": config.demos.max_tokens,
     }, sort_keys=True, default=str)
     return hashlib.sha256(material.encode()).hexdigest()[:16]
@@ -150,7 +151,8 @@ def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) 
 def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path],
                mesh: Mesh, metrics: MetricsLog) -> pathlib.Path:
     """The HF directory of the warm-started policy, trained now unless cached."""
-    target = cache_root() / "sft" / _sft_key(config, demo_paths)
+    target = pathlib.Path(config.sft.cache_dir or cache_root() / "sft") / _sft_key(config,
+                                                                                   demo_paths)
     if (target / "config.json").exists():
         print(f"warm start: cached {target}")
         return target
@@ -179,6 +181,7 @@ def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     policy_lib.save_policy(policy, partial)
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial.rename(target)
     return target
 

@@ -31,7 +31,8 @@ class MetricsLog:
     def write(self, stage: str, step: int, values: Mapping[str, Any]) -> None:
         scalars = {k: float(v) for k, v in values.items()
                    if isinstance(v, (int, float)) and math.isfinite(float(v))}
-        extra = {k: v for k, v in values.items() if k not in scalars}
+        # Non-finite numbers are left out (JSON has no NaN); lists and strings are kept.
+        extra = {k: v for k, v in values.items() if not isinstance(v, (int, float))}
         record = {"stage": stage, "step": int(step), "time": time.time(), **scalars, **extra}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")

@@ -1,0 +1,70 @@
+"""Run metrics (JSONL + TensorBoard), resume truncation, the plot and the results table."""
+
+import json
+
+import numpy as np
+
+from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.evaluation import agentbench
+from agentrl_jax.experiment import report
+from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.rollout.record import Rollout
+
+
+def test_metrics_log_writes_jsonl_and_tensorboard_and_truncates_lost_steps(tmp_path):
+    log = MetricsLog(tmp_path)
+    log.write("sft", 1, {"loss": 2.0})
+    for step in (1, 2, 3):
+        log.write("rl", step, {"reward_mean": step / 10, "groups_trained": [step],
+                               "nan": float("nan")})
+    with open(log.path, "a") as f:
+        f.write('{"stage": "rl", "step": 4, "torn')   # killed mid-write
+    assert [r["step"] for r in log.records("rl")] == [1, 2, 3]
+    assert "nan" not in next(log.records("rl"))   # non-finite values are not recorded
+    assert log.truncate("rl", after_step=1) == 2
+    assert [(r["stage"], r["step"]) for r in log.records()] == [("sft", 1), ("rl", 1)]
+    log.close()
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_moving_average_is_trailing():
+    np.testing.assert_allclose(report.moving_average(np.array([1.0, 3.0, 5.0, 7.0]), 2),
+                               [1.0, 2.0, 4.0, 6.0])
+
+
+def test_plot_and_table(tmp_path):
+    records = [{"step": s, "db/success": s / 4, "kg/success": 0.0} for s in (1, 2, 3, 4)]
+    path = report.plot_success(records, ["db", "kg", "os"], tmp_path / "p.png",
+                               before={"db": 0.0}, after={"db": 1.0})
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    row = lambda s: {"success_mean": s, "success_std": 0.0, "score_mean": s}  # noqa: E731
+    table = report.results_table({"db": row(0.1), "kg": row(0.3)}, {"db": row(0.5),
+                                                                   "kg": row(0.7)})
+    assert "| db | 10.0 ± 0.0 | 50.0 ± 0.0 | 50.0 |" in table
+    assert "| **average** | 20.0 | 60.0 | 60.0 |" in table
+
+
+def rollout(status, reward):
+    empty = np.zeros(0, np.int32)
+    return Rollout("db-test", 0, 0, 0, empty, empty, np.zeros(0, np.float32), empty, empty,
+                   reward=reward, status=SampleStatus(status))
+
+
+def test_task_summary_mean_std_and_terminations():
+    runs = [
+        [rollout("completed", 1.0), rollout("completed", 0.0)],          # pass 1: 1/2
+        [rollout("completed", 1.0), rollout("task limit reached", 0.0)],  # pass 2: 1/2
+        [rollout("agent validation failed", 0.0), rollout("agent context limit", 0.5)],
+    ]
+    r = agentbench.summarize_task("db-test", runs)
+    assert r.episodes == 6
+    np.testing.assert_allclose(r.success_per_run, [0.5, 0.5, 0.0])
+    np.testing.assert_allclose(r.success_mean, 1 / 3)
+    np.testing.assert_allclose(r.success_std, np.std([0.5, 0.5, 0.0]))
+    np.testing.assert_allclose(r.score_per_run, [0.5, 0.5, 0.25])
+    assert r.terminations == {"completed": 0.5, "task_limit_reached": 1 / 6,
+                              "invalid_action": 1 / 6, "context_limit": 1 / 6,
+                              "task_error": 0.0}
+    out = agentbench.to_json({"db-test": r})
+    assert json.loads(json.dumps(out))["average"]["success_mean"] == r.success_mean
+    assert "| db-test | 6 | 33.3 ± 23.6 |" in agentbench.to_markdown({"db-test": r})

@@ -1,0 +1,68 @@
+"""Demonstrations become the token streams RL would have produced, assistant tokens masked in."""
+
+import json
+
+import numpy as np
+import pytest
+
+from agentrl_jax.chat.scratch_tokenizer import train_chat_tokenizer
+from agentrl_jax.sft.demos import assistant_text, demo_conversation, demo_texts, demo_trajectory
+
+TOOLS = [{"type": "function", "function": {
+    "name": "execute_sql", "description": "Runs SQL.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"]}}}]
+
+
+def call(name, **arguments):
+    return {"id": "0", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+DEMO = {"task": "db-train", "index": 3, "tools": TOOLS, "reward": 1.0, "messages": [
+    {"role": "system", "content": "Answer with SQL."},
+    {"role": "user", "content": "How many rows?"},
+    {"role": "assistant", "content": "Counting.", "tool_calls": [call("execute_sql",
+                                                                       query="SELECT 1")]},
+    {"role": "tool", "tool_call_id": "0", "content": "[(1,)]"},
+    {"role": "assistant", "content": "Done: 1."},
+]}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_chat_tokenizer(list(demo_texts([DEMO])) * 20, vocab_size=400)
+
+
+def test_assistant_tokens_are_the_reply_text_and_end_of_turn(tokenizer):
+    traj = demo_trajectory(tokenizer, DEMO)
+    tokens, mask = np.asarray(traj.tokens), np.asarray(traj.loss_mask)
+    # Two assistant turns: two runs of mask 1, each ending in <|im_end|>.
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
+    runs = list(zip(edges[::2], edges[1::2], strict=True))
+    assert len(runs) == 2
+    for (start, end), message in zip(runs, [DEMO["messages"][2], DEMO["messages"][4]],
+                                     strict=True):
+        assert tokens[end - 1] == tokenizer.eos_token_id
+        assert tokenizer.decode(tokens[start:end - 1]) == assistant_text(message)
+    assert traj.advantage == 1.0 and not np.asarray(traj.behaviour_logprobs).any()
+
+
+def test_replayed_conversation_parses_back_to_the_demo_calls(tokenizer):
+    conv = demo_conversation(tokenizer, DEMO)
+    replies = [m for m in conv.messages if m["role"] == "assistant"]
+    assert replies[0]["tool_calls"][0]["function"]["name"] == "execute_sql"
+    assert json.loads(replies[0]["tool_calls"][0]["function"]["arguments"]) == {
+        "query": "SELECT 1"}
+    assert replies[1]["content"] == "Done: 1."
+    # The environment's reply sits between the turns, unmasked.
+    text = tokenizer.decode(conv.tokens[conv.loss_mask == 0])
+    assert "[(1,)]" in text and "How many rows?" in text
+
+
+def test_malformed_demos_are_rejected(tokenizer):
+    with pytest.raises(ValueError, match="at least one assistant"):
+        demo_trajectory(tokenizer, {**DEMO, "messages": DEMO["messages"][:2]})
+    doubled = DEMO["messages"][:3] + [DEMO["messages"][4], DEMO["messages"][3]]
+    with pytest.raises(ValueError, match="two assistant messages in a row"):
+        demo_trajectory(tokenizer, {**DEMO, "messages": doubled})
