@@ -1,0 +1,152 @@
+"""The main job (`launch/local.py`) end to end in fast mode, killed and resumed, and losing a
+task worker mid-run. Each run is a real subprocess with the real sandboxed fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+STAGES = ["demos", "sft", "eval_before", "rl", "eval_after", "report"]
+
+
+def command(run_dir: pathlib.Path, sft_cache: pathlib.Path, *overrides: str) -> list[str]:
+    return [sys.executable, "-m", "launch.local", "--config=configs/local_default.py:fast",
+            f"--config.run_dir={run_dir}", f"--config.sft.cache_dir={sft_cache}", *overrides]
+
+
+def env() -> dict[str, str]:
+    out = dict(os.environ)
+    out.pop("XLA_FLAGS", None)   # the launcher sees this machine's one CPU device
+    return out
+
+
+def run_to_end(argv: list[str], log: pathlib.Path) -> None:
+    with open(log, "ab") as out:
+        done = subprocess.run(argv, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT,
+                              timeout=1500)
+    assert done.returncode == 0, log.read_text()[-4000:]
+
+
+def rl_records(run_dir: pathlib.Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:   # a line being written
+            continue
+        if record["stage"] == "rl":
+            records.append(record)
+    return records
+
+
+def wait_for_rl_step(process: subprocess.Popen, run_dir: pathlib.Path, step: int,
+                     log: pathlib.Path) -> None:
+    while not any(r["step"] >= step for r in rl_records(run_dir)):
+        assert process.poll() is None, log.read_text()[-4000:]
+        time.sleep(0.5)
+
+
+def fleet_pids(run_dir: pathlib.Path) -> list[int]:
+    fleet = json.loads((run_dir / "fleet.json").read_text())
+    return [fleet["controller"]["pid"], *(w["pid"] for w in fleet["workers"])]
+
+
+def assert_gone(pids: list[int]) -> None:
+    """None of `pids` (nor their sandboxed children) is still running after a short grace."""
+    deadline = time.monotonic() + 30
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.2)
+    assert not alive, f"orphans left: {alive}"
+
+
+@pytest.fixture(scope="module")
+def sft_cache(tmp_path_factory) -> pathlib.Path:
+    """One warm-start cache for the module: the first run trains it, later runs reuse it."""
+    return tmp_path_factory.mktemp("sft_cache")
+
+
+def test_fast_mode_produces_every_stage_output(tmp_path, sft_cache):
+    run_dir = tmp_path / "run"
+    run_to_end(command(run_dir, sft_cache), tmp_path / "log.txt")
+
+    stages = json.loads((run_dir / "stages.json").read_text())
+    assert list(stages) == STAGES
+    policy_dir = pathlib.Path(stages["sft"]["policy_dir"])
+    assert policy_dir.parent == sft_cache and (policy_dir / "tokenizer.json").exists()
+    for name in ("eval_before", "eval_after"):
+        result = json.loads((run_dir / f"{name}.json").read_text())
+        assert set(result["tasks"]) == {f"{t}-test" for t in
+                                        ("alfworld", "db", "kg", "os_interaction", "webshop")}
+        assert all(r["episodes"] == 1 for r in result["tasks"].values())
+        assert (run_dir / f"{name}.md").read_text().startswith(f"### {name}")
+    assert "| **average** |" in (run_dir / "results.md").read_text()
+    assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {r["stage"] for r in records} == {"sft", "rl"}
+    assert [r["step"] for r in records if r["stage"] == "rl"] == [1, 2]
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run_dir / "final_model" / "config.json").exists()
+    assert (run_dir / "checkpoints" / "2").is_dir()
+    assert_gone(fleet_pids(run_dir))   # the fleet stopped with the job
+
+
+def test_kill_9_then_rerun_resumes_without_training_twice(tmp_path, sft_cache):
+    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
+    argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=5",
+                   "--config.eval.before_rl=False")
+    with open(log, "ab") as out:
+        process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env(), stdout=out,
+                                   stderr=subprocess.STDOUT)
+    try:
+        wait_for_rl_step(process, run_dir, 2, log)
+    finally:
+        process.kill()   # SIGKILL: no cleanup code of ours runs
+        process.wait()
+    assert_gone(fleet_pids(run_dir))   # workers die with the launcher (PDEATHSIG)
+    killed_at = max(r["step"] for r in rl_records(run_dir))
+    assert killed_at < 5
+
+    run_to_end(argv, log)
+    stages = json.loads((run_dir / "stages.json").read_text())
+    assert stages["rl"]["resumed_from"] is not None and stages["rl"]["resumed_from"] >= 1
+    assert list(stages) == ["demos", "sft", "rl", "eval_after", "report"]
+    records = rl_records(run_dir)
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]   # lost steps' records replaced
+    trained = [g for r in records for g in r["groups_trained"]]
+    assert len(trained) == len(set(trained)), "a group was trained twice"
+
+
+def test_a_killed_task_worker_does_not_stop_training(tmp_path, sft_cache):
+    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
+    argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=4",
+                   "--config.eval.before_rl=False")
+    with open(log, "ab") as out:
+        process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env(), stdout=out,
+                                   stderr=subprocess.STDOUT)
+    try:
+        wait_for_rl_step(process, run_dir, 1, log)
+        fleet = json.loads((run_dir / "fleet.json").read_text())
+        victim = next(w for w in fleet["workers"] if "split=train" in w["argv"]
+                      and "db" in w["argv"])
+        os.kill(victim["pid"], signal.SIGKILL)
+        assert process.wait(timeout=1500) == 0, log.read_text()[-4000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert [r["step"] for r in rl_records(run_dir)] == [1, 2, 3, 4]
+    assert "report" in json.loads((run_dir / "stages.json").read_text())
