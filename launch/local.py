@@ -5,10 +5,12 @@
 Stages, each recorded in `RUN_DIR/stages.json` when done (so rerunning the same command after a
 crash, even `kill -9`, skips finished stages and resumes RL from its last checkpoint):
 
-  1. environments   a controller and, per task, a train-split and a test-split worker, each in
+  1. demos          each task's oracle played on `demos.per_task` train indices (cached), and
+                    each task's data built for both splits (sandboxed workers only read it)
+  2. environments   a controller and, per task, a train-split and a test-split worker, each in
                     its own sandbox (or `env.controller_url`: any AgentRL-compatible fleet)
-  2. demos          each task's oracle played on `demos.per_task` train indices (cached)
-  3. sft            tokenizer + model warm-started on the demonstrations (cached by config)
+  3. sft            tokenizer + model warm-started on the demonstrations (cached by config;
+                    RUN_DIR/sft_model links to it)
   4. eval_before    the test split, before RL
   5. rl             asynchronous multi-task RL (checkpoints in RUN_DIR/checkpoints)
   6. eval_after     the test split, after RL; the final policy in RUN_DIR/final_model
@@ -284,6 +286,9 @@ def run_job(config: ml_collections.ConfigDict) -> pathlib.Path:
         if not run.done("sft"):
             demo_paths = [pathlib.Path(p) for p in run.stages()["demos"]["files"]]
             policy_dir = warm_start(config, demo_paths, single_device_mesh(), metrics)
+            link = run.path / "sft_model"   # the run directory shows everything it used
+            link.unlink(missing_ok=True)
+            link.symlink_to(policy_dir, target_is_directory=True)
             run.mark("sft", policy_dir=str(policy_dir))
         policy_dir = pathlib.Path(run.stages()["sft"]["policy_dir"])
         asyncio.run(rl_and_eval(config, run, url, policy_dir, metrics))
