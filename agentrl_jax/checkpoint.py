@@ -8,6 +8,11 @@ A checkpoint at step s holds three items:
 
 Saves are asynchronous (the step loop continues while arrays are written); `max_to_keep` bounds
 disk use; `restore()` without a step takes the latest finished checkpoint.
+
+The directory may be a bucket URL (`gs://bucket/run/checkpoints`): URLs go to Orbax untouched
+(its `etils.epath` paths handle them); only local paths are made absolute. Pass URLs as strings:
+`pathlib.Path` folds the `//` of a scheme. On several processes (`jax.distributed`) every
+process makes the same save and restore calls; each writes and reads its own shards.
 """
 
 from __future__ import annotations
@@ -27,6 +32,14 @@ def abstract_like(tree: Any) -> Any:
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
 
     return jax.tree.map(one, tree)
+
+
+def resolve_directory(directory: str | os.PathLike) -> str:
+    """A URL (`scheme://...`) unchanged; a local path made absolute."""
+    path = os.fspath(directory)
+    if "://" in path:
+        return path
+    return os.path.abspath(path)
 
 
 def _pytree_restore(target: Any, partial: bool = False) -> ocp.args.PyTreeRestore:
@@ -56,7 +69,7 @@ class CheckpointManager:
             create=True,
         )
         self._manager = ocp.CheckpointManager(
-            os.path.abspath(os.fspath(directory)),
+            resolve_directory(directory),
             options=options,
             item_handlers={
                 "state": ocp.PyTreeCheckpointHandler(),

@@ -5,13 +5,18 @@ which holds the task stream's position and the next group id. Resuming restores 
 restarted run continues the same draw sequence after the last checkpointed step: groups that
 were in flight when the process died are never trained (their draws are skipped, not
 replayed), and no group id is used twice. Metric records of the lost steps are dropped.
+
+`run_dir` may be a bucket URL (a string: `gs://bucket/run`); the checkpoints go beneath it. With
+a `leader` (`pipeline.multihost`), this process drives a run whose every train step, parameter
+gather and checkpoint save all processes make; the others run `multihost.follow_rl`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-import pathlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,7 +29,8 @@ from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.data import TaskStream
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.policy import Policy
-from agentrl_jax.pipeline import runner
+from agentrl_jax.models.decoder import Decoder
+from agentrl_jax.pipeline import multihost, runner
 from agentrl_jax.rl import advantages, train_step
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
 from agentrl_jax.rollout.cross_policy import PolicyMix
@@ -72,6 +78,11 @@ class RLResult:
     resumed_from: int | None
 
 
+def checkpoint_dir(run_dir: str | os.PathLike) -> str:
+    """`run_dir/checkpoints`, joined as a string so that a bucket URL keeps its `//`."""
+    return os.path.join(os.fspath(run_dir), "checkpoints")
+
+
 async def run_rl(
     config: ml_collections.ConfigDict,
     *,
@@ -80,17 +91,23 @@ async def run_rl(
     trainer_mesh: Mesh,
     client: ControllerClient,
     task_indices: Mapping[str, Sequence[Any]],
-    run_dir: pathlib.Path,
+    run_dir: str | os.PathLike,
     metrics: MetricsLog,
     on_step: Callable[[runner.StepReport], None] | None = None,
+    reference: Decoder | None = None,
+    leader: multihost.Leader | None = None,
 ) -> RLResult:
-    """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`."""
+    """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`.
+
+    `reference`: the frozen model of the KL term (`trainer.loss.kl_coef`).
+    """
     pcfg = config.pipeline
-    trainer = train_step.Trainer(policy.model, config.trainer, trainer_mesh)
+    trainer = train_step.Trainer(policy.model, config.trainer, trainer_mesh, reference=reference)
     stream = TaskStream(task_indices, seed=pcfg.seed)
     state = trainer.init_state(pcfg.seed)
     every = int(config.checkpoint.every)
-    with CheckpointManager(run_dir / "checkpoints", max_to_keep=config.checkpoint.keep) as ckpt:
+    with CheckpointManager(checkpoint_dir(run_dir), max_to_keep=config.checkpoint.keep) as ckpt:
+        save = ckpt.save if leader is None else functools.partial(leader.save, ckpt)
         start, book = ckpt.latest_step(), None
         if start is not None:
             state, book = ckpt.restore(state)
@@ -102,18 +119,22 @@ async def run_rl(
             trained = sorted({r.group_id for r in report.rollouts})
             metrics.write("rl", report.step, {**report.metrics, "groups_trained": trained})
             if report.step % every == 0 or report.step == pcfg.steps:
-                ckpt.save(report.step, report.state, bookkeeping=report.bookkeeping, force=True)
+                save(report.step, report.state, bookkeeping=report.bookkeeping, force=True)
             if on_step is not None:
                 on_step(report)
 
         pipeline = runner.RLPipeline(
-            pcfg, client=client, engine=engine, trainer=trainer,
+            pcfg, client=client, engine=engine,
+            trainer=trainer if leader is None else leader.wrap(trainer),
             agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
-            adv_config=config.advantages, on_step=checkpoint_and_log, bookkeeping=book)
+            adv_config=config.advantages, on_step=checkpoint_and_log, bookkeeping=book,
+            weights_fn=None if leader is None else leader.sampler_weights(trainer))
         state = await pipeline.run(state, start_step=start or 0)
+        # Multi-host: the followers' loop ends here; the parameters come to this host.
+        params = jax.device_get(state.params) if leader is None else leader.finish(state)
         ckpt.wait_until_finished()
     # The trained weights back into the policy's model, for evaluation and export.
     from flax import nnx
 
-    nnx.update(policy.model, nnx.state(trainer.model(jax.device_get(state.params))))
+    nnx.update(policy.model, nnx.state(trainer.model(params)))
     return RLResult(state, trainer, start)

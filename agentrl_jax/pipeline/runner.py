@@ -11,6 +11,9 @@ Sampling workers may also run out of process (`pipeline.sampling_worker`, other 
 `RolloutHub`, they claim groups through the same gate and post rollouts into the same buffer,
 and each weight version is published to them. `rollout_workers` may then be 0.
 
+On several hosts (`pipeline.multihost`) the trainer given is the leader's, whose steps every
+process makes, and `weights_fn` gathers each new version's parameters to the leader's host.
+
 Synchronous (the baseline): each step draws `groups_per_step` groups, plays them all to the
 end, trains, syncs; nothing overlaps.
 """
@@ -87,12 +90,16 @@ class RLPipeline:
         on_step: StepCallback | None = None,
         bookkeeping: dict[str, Any] | None = None,
         hub: RolloutHub | None = None,
+        weights_fn: Callable[[TrainState], Any] | None = None,
     ):
+        """`weights_fn(state)`: the sampler-layout weights of a state (run in a worker thread);
+        default a device copy (`weight_sync.snapshot`)."""
         self.config = config
         self.client, self.engine, self.trainer = client, engine, trainer
         self.agent, self.stream, self.adv_config = agent, stream, adv_config
         self.on_step = on_step
         self.hub = hub
+        self.weights_fn = weights_fn
         book = bookkeeping or {}
         # Group ids and counters continue across a resume, so no two groups ever share an id.
         self._next_group_id = int(book.get("next_group_id", 0))
@@ -154,8 +161,7 @@ class RLPipeline:
         return mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
 
     async def _finish_step(self, state, version, metrics, rollouts, started, gate=None):
-        updated = await sync_weights(self.engine, self.trainer, state, version,
-                                     stale_every=self._stale_every(), hub=self.hub)
+        updated = await self._sync_weights(state, version, self._stale_every())
         if gate is not None:  # only now: groups admitted next start on the new weights
             await gate.advance(version)
         metrics = {**metrics, **self.buffer.stats.lag_summary(),
@@ -169,6 +175,14 @@ class RLPipeline:
             result = self.on_step(report)
             if asyncio.iscoroutine(result):
                 await result
+
+    async def _sync_weights(self, state: TrainState, version: int,
+                            stale_every: int | None) -> list[str]:
+        weights = None
+        if self.weights_fn is not None:
+            weights = await asyncio.to_thread(self.weights_fn, state)
+        return await sync_weights(self.engine, self.trainer, state, version,
+                                  stale_every=stale_every, hub=self.hub, weights=weights)
 
     def _stale_every(self) -> int | None:
         return self.config.stale_every if self.config.stale_policy_ratio > 0 else None
@@ -185,8 +199,7 @@ class RLPipeline:
 
     async def run(self, state: TrainState, start_step: int = 0) -> TrainState:
         """Trains from `start_step` (the current weight version) to `config.steps`."""
-        await sync_weights(self.engine, self.trainer, state, start_step,
-                           stale_every=1 if self._stale_every() else None, hub=self.hub)
+        await self._sync_weights(state, start_step, 1 if self._stale_every() else None)
         if self.config.mode == "sync":
             return await self._run_sync(state, start_step)
         if self.config.mode != "async":

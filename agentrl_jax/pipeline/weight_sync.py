@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from agentrl_jax.pipeline.rollout_hub import RolloutHub
 from agentrl_jax.rl.train_step import Trainer, TrainState
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
-from agentrl_jax.sampling.weights import weights_of
+from agentrl_jax.sampling.weights import Weights, weights_of
 
 
 def snapshot(trainer: Trainer, state: TrainState):
@@ -31,10 +31,15 @@ async def sync_weights(
     *,
     stale_every: int | None,
     hub: RolloutHub | None = None,
+    weights: Weights | None = None,
 ) -> list[str]:
     """Pushes `state`'s parameters as version `version` to the in-process engine and to the
-    hub of out-of-process samplers; returns the policies updated."""
-    weights = snapshot(trainer, state)
+    hub of out-of-process samplers; returns the policies updated.
+
+    `weights`: the sampler-layout weights of `state` when the caller has them already (a
+    multi-host leader gathers them to its host, `pipeline.multihost`); default a device copy.
+    """
+    weights = snapshot(trainer, state) if weights is None else weights
     updated = ["current"]
     if stale_every and version % stale_every == 0:
         updated.append("stale")

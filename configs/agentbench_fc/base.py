@@ -1,0 +1,106 @@
+"""The AgentRL paper's settings on AgentBench-FC, shared by every model file beside this one.
+
+    python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_14b.py \
+        --config.model.path=/models/Qwen2.5-14B-Instruct \
+        --config.env.controller_url=http://HOST:5020/api --config.run_dir=gs://BUCKET/run
+
+What follows the paper and AgentRL's released configs (`../shared/design/agentrl-reference.md`
+§1.4, §3, §4): five tasks trained together; 256 prompts per step × 8 samples (every complete
+group is taken, AgentRL drains its buffer each step); 2048 episodes in flight; temperature 0.8
+in sampling and in the trainer's log-probs; lr 1e-6 constant, no weight decay, gradient clip 1;
+PPO-clip 0.2 with dual-clip 3; k3 KL to the frozen initial policy, 1e-4; entropy 0; up to 20
+turns, 8192 tokens per episode, 1024 new tokens per turn; −0.2 for any episode that does not
+complete; GRPO with task advantage normalisation; cross-policy sampling with a stale snapshot
+taking 25% of turns, refreshed every 25 steps; 16,384 tokens per micro-batch; 1000 steps with a
+checkpoint (AgentRL: validation) every 25. Evaluation: the test splits, 4 runs (the paper's
+mean ± std over 4), after RL. Qwen models start RL straight from the Instruct checkpoint.
+
+Task names: the controller is asked for `{task}-{split}`. Our fleet (`launch.env_fleet`) serves
+`db-train`, `db-test`, ...: the defaults. An AgentRL/AgentBench fleet names them e.g.
+`dbbench-env_train` / `dbbench-std`:
+
+    --config.env.tasks="('alfworld','dbbench','kg','os','webshop')" \
+    --config.env.train_split=env_train --config.env.test_split=std
+
+Devices (`mesh`): process 0's first `sampler_devices` local devices run the sampling engine
+(tensor parallel; process 0 must keep one for the trainer); every other device of the slice
+trains (`mesh.trainer`: data × fsdp × tensor, one size -1 = the rest). The model files set sizes
+for hosts of 4 chips with ~95 GB each (TPU v5p); the sampler holds fp32 parameters (the
+trainer's dtype, so weight updates never recompile) and computes in `model.dtype`.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from agentrl_jax.experiment import policy as policy_lib
+from agentrl_jax.experiment import rl_stage
+
+# AgentBench-FC's five tasks, by the names of our environments.
+TASKS = ("alfworld", "db", "kg", "os_interaction", "webshop")
+
+
+def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
+    """The paper's run of one model (`name` names the run; `parser`: its tool-call format)."""
+    c = ml_collections.ConfigDict()
+    c.name = name
+    c.run_dir = f"runs/agentbench_fc/{name}"  # checkpoints (and final_model); or gs://...
+    c.log_dir = ""  # metrics, eval results; "" = run_dir (or runs/NAME if run_dir is a URL)
+    c.seed = 0
+
+    c.env = ml_collections.ConfigDict(dict(
+        controller_url="",  # required: the environment fleet's controller
+        tasks=TASKS,
+        train_split="train",
+        test_split="test",
+    ))
+
+    c.model = policy_lib.default_config()
+    c.model.update(source="hf", path="", parser=parser)
+    c.model.dtype = "bfloat16"  # the sampler's compute dtype
+
+    c.mesh = ml_collections.ConfigDict(dict(
+        sampler_devices=1,
+        trainer=dict(data=1, fsdp=-1, tensor=1),
+    ))
+
+    c.rl = rl_stage.default_config()
+    c.rl.pipeline.update(
+        mode="async", steps=1000, groups_per_step=256, group_size=8,
+        rollout_workers=256,  # groups in flight: 2048 episodes, as AgentRL's 2048 workers
+        max_staleness=1,  # AgentRL's queue holds 2 batches: generation runs ~1 step ahead
+        stale_policy_ratio=0.25, stale_every=25, seed=0)
+    c.rl.pipeline.max_groups_per_step = None  # take every complete group
+
+    c.rl.sampling.update(temperature=0.8, top_p=1.0, top_k=0)
+    c.rl.limits.update(max_turns=20, max_context_tokens=8192, max_new_tokens=1024)
+
+    c.rl.trainer.temperature = 0.8  # log-probs of the same distribution the sampler drew from
+    c.rl.trainer.optimizer.update(learning_rate=1e-6, schedule="constant", warmup_steps=0,
+                                  weight_decay=0.0, max_grad_norm=1.0)
+    c.rl.trainer.loss.update(clip_eps_low=0.2, clip_eps_high=0.2, dual_clip_c=3.0,
+                             kl_coef=1e-4, kl_estimator="k3", entropy_coef=0.0)
+    c.rl.trainer.update(tokens_per_micro=16384, seq_buckets=(1024, 2048, 4096, 8192),
+                        compute_dtype="bfloat16", remat=True)
+
+    c.rl.advantages.update(incomplete_penalty=-0.2, task_adv_norm=True)
+
+    c.rl.engine.update(max_batch=64, page_size=16, num_pages=16384, max_context=8192,
+                       prefill_buckets=(256, 1024, 4096, 8192),
+                       context_buckets=(1024, 2048, 4096, 8192), batch_buckets=(1, 8, 32, 64))
+    c.rl.checkpoint.update(every=25, keep=3)
+
+    c.eval = ml_collections.ConfigDict(dict(
+        tasks=TASKS,  # what the trained policy is tested on (single-task runs: all five)
+        per_task=ml_collections.config_dict.placeholder(int),  # None: every test index
+        runs=4,
+        concurrency=256,
+        before_rl=False,
+        after_rl=True,
+    ))
+
+    c.export = ml_collections.ConfigDict(dict(
+        dir="",  # "" = run_dir/final_model
+        dtype="bfloat16",  # of the exported weights, as the released checkpoints
+    ))
+    return c

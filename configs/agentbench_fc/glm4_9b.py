@@ -1,0 +1,19 @@
+"""GLM-4-9B-0414 on AgentBench-FC (paper Table 3: AgentRL 65.0 average).
+
+40 layers, hidden 4096, 32 heads, 2 KV heads, ~9.4B parameters: the sampler on 2 chips. GLM-4's
+own tool-call format (`glm4` parser). The paper gave GLM a small cold-start SFT on the
+function-call format before RL: point `model.path` at that warm-started checkpoint.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs.agentbench_fc import base
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = base.get_config("glm4_9b", parser="glm4")
+    c.mesh.sampler_devices = 2
+    c.rl.engine.update(max_batch=64, num_pages=16384)
+    return c

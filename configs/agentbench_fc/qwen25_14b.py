@@ -1,0 +1,19 @@
+"""Qwen2.5-14B-Instruct on AgentBench-FC (paper Table 3: AgentRL 67.7 average).
+
+The model of the paper's ablations and of its single-task comparison (`ablations.py`).
+48 layers, hidden 5120, 40 heads, 8 KV heads, ~14.8B parameters: the sampler on 2 chips (fp32
+parameters, 30 GB per chip). AgentRL trained it with FSDP over 16 GPUs.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs.agentbench_fc import base
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = base.get_config("qwen25_14b", parser="qwen25")
+    c.mesh.sampler_devices = 2
+    c.rl.engine.update(max_batch=64, num_pages=12288)
+    return c

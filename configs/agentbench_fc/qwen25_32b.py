@@ -1,0 +1,19 @@
+"""Qwen2.5-32B-Instruct on AgentBench-FC (paper Table 3: AgentRL 70.4 average; BFCL-v3 61.4).
+
+64 layers, hidden 5120, 40 heads, 8 KV heads, ~32.8B parameters: the sampler on 2 chips (fp32
+parameters, 66 GB per chip) with a smaller KV pool; the trainer shards over the rest of the
+slice (fp32 weights and Adam moments: 16 bytes per parameter, ~525 GB in all).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs.agentbench_fc import base
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = base.get_config("qwen25_32b", parser="qwen25")
+    c.mesh.sampler_devices = 2
+    c.rl.engine.update(max_batch=32, num_pages=6144, batch_buckets=(1, 8, 32))
+    return c

@@ -1,0 +1,17 @@
+"""Qwen2.5-3B-Instruct on AgentBench-FC (paper Table 3: AgentRL 60.0 average).
+
+36 layers, hidden 2048, 16 heads, 2 KV heads, ~3.1B parameters: the sampler fits one chip.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs.agentbench_fc import base
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = base.get_config("qwen25_3b", parser="qwen25")
+    c.mesh.sampler_devices = 1
+    c.rl.engine.update(max_batch=128, num_pages=32768, batch_buckets=(1, 8, 32, 64, 128))
+    return c

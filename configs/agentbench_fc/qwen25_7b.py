@@ -1,0 +1,17 @@
+"""Qwen2.5-7B-Instruct on AgentBench-FC (paper Table 3: AgentRL 62.0 average).
+
+28 layers, hidden 3584, 28 heads, 4 KV heads, ~7.6B parameters: the sampler on 2 chips.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs.agentbench_fc import base
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = base.get_config("qwen25_7b", parser="qwen25")
+    c.mesh.sampler_devices = 2
+    c.rl.engine.update(max_batch=64, num_pages=16384)
+    return c

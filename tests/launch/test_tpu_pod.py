@@ -1,0 +1,168 @@
+"""The multi-host path of `launch.tpu_pod`: two CPU processes joined by `jax.distributed` on
+localhost (2 devices each: process 0 samples on one and trains on the other, process 1 trains on
+both) run a few steps of the real pipeline against a real controller and task workers."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import zlib
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.experiment.policy import Policy, save_policy
+from agentrl_jax.models.config import ModelConfig
+from agentrl_jax.models.decoder import Decoder
+from agentrl_jax.models.hf_io import load_hf
+from environments.echo import ECHO_TOOL
+from environments.worker.task import EpisodeResult, Task
+from tests.launch.pod_driver import path_key
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+STEPS = 2
+
+
+class CoinTask(Task):
+    """One turn; the reward is a hash of the reply, so a group's members differ (GRPO has
+    something to learn from even with a random model) and the run is deterministic."""
+
+    tools = [ECHO_TOOL]
+    concurrency = 32
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def indices(self):
+        return list(range(20))
+
+    async def episode(self, index, session) -> EpisodeResult:
+        session.inject({"role": "user", "content": f"Say something about {index}."})
+        turn = await session.action()
+        reward = zlib.crc32(turn.content.encode()) % 1000 / 1000
+        return EpisodeResult(SampleStatus.COMPLETED, reward=reward)
+
+
+@pytest.fixture
+def coin_fleet():
+    from tests.controller.controller_fleet import ThreadFleet
+
+    fleet = ThreadFleet()
+    fleet.add_worker(CoinTask("coin-train"), concurrency=32)
+    fleet.add_worker(CoinTask("coin-test"), concurrency=32)
+    yield fleet
+    fleet.close()
+
+
+def tiny_model_dir(tokenizer, directory: pathlib.Path) -> pathlib.Path:
+    # hidden 48 and MLP 96 split evenly over the 3 trainer devices (fsdp).
+    cfg = ModelConfig.tiny("llama", vocab_size=len(tokenizer), hidden_size=48,
+                           intermediate_size=96, num_layers=1, num_heads=2, num_kv_heads=1,
+                           head_dim=24, max_position_embeddings=1024,
+                           eos_token_id=tokenizer.eos_token_id)
+    return save_policy(Policy(Decoder(cfg, rngs=nnx.Rngs(0)), tokenizer, "hermes"), directory)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def flat_params(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
+    state = nnx.to_pure_dict(nnx.split(load_hf(model_dir))[1])
+    return {path_key(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(state)[0]}
+
+
+def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
+    model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
+    run_dir = tmp_path / "run"
+    port = free_port()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    procs = []
+    for pid in range(2):
+        argv = [sys.executable, "-m", "tests.launch.pod_driver",
+                "--config=tests/launch/tiny_pod_config.py",
+                f"--config.model.path={model_dir}",
+                f"--config.env.controller_url={coin_fleet.url}",
+                f"--config.run_dir={run_dir}",
+                f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                f"--process_id={pid}", f"--shards_out={tmp_path / f'shards{pid}.npz'}"]
+        log = open(tmp_path / f"process{pid}.log", "w")
+        procs.append((subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,
+                                       stderr=subprocess.STDOUT), log))
+    try:
+        # The bound only keeps a broken build from hanging the suite.
+        codes = [p.wait(timeout=1200) for p, _ in procs]
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+    logs = [(tmp_path / f"process{pid}.log").read_text() for pid in range(2)]
+    assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
+
+    # The leader trained STEPS steps, each on rollouts from the controller.
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    assert [r["step"] for r in rl] == list(range(1, STEPS + 1))
+    assert all(r["num_rollouts"] >= 8 and np.isfinite(r["grad_norm"]) for r in rl)
+    # The sampler served exactly the trainer's weights of the step before: the tokens were
+    # sampled in lockstep (lag 0) and the trainer's log-probs reproduce their behaviour
+    # log-probs, so after step 1 the gathered weights reached process 0's sampler intact.
+    for r in rl:
+        assert r["lag_max"] == 0 and r["stale_refreshed"] == 1.0
+        assert abs(r["ratio_max"] - 1) < 1e-3 and abs(r["ratio_min"] - 1) < 1e-3, r
+    assert any(r["stage"] == "eval_after" for r in records)
+    # Every process made every checkpoint save: the last one is complete.
+    assert (run_dir / "checkpoints" / str(STEPS) / "commit_success.txt").exists()
+
+    # Both processes' shards are slices of one model: the one the leader gathered and exported.
+    final = flat_params(run_dir / "final_model")
+    initial = flat_params(model_dir)
+    assert any(not np.array_equal(final[k], initial[k]) for k in final)  # it trained
+    for pid in range(2):
+        with np.load(tmp_path / f"shards{pid}.npz") as shards:
+            names = [n for n in shards.files if not n.endswith("|bounds")]
+            assert names, f"process {pid} holds no shard"
+            for name in names:
+                bounds = shards[name + "|bounds"]
+                expected = final[name.split("|")[0]][tuple(slice(a, b) for a, b in bounds)]
+                np.testing.assert_array_equal(shards[name], expected, err_msg=name)
+    # Process 1 holds every parameter (its two devices are two thirds of the trainer mesh).
+    with np.load(tmp_path / "shards1.npz") as shards:
+        assert {n.split("|")[0] for n in shards.files} == set(final)
+
+
+def test_bucket_run_dirs_reach_orbax_untouched(monkeypatch):
+    """A gs:// run_dir must not be folded into a local path on the way to Orbax."""
+    import ml_collections
+    from etils import epath
+
+    from agentrl_jax import checkpoint
+    from agentrl_jax.experiment import rl_stage
+    from launch import tpu_pod
+
+    url = "gs://bucket/agentrl/run"
+    assert rl_stage.checkpoint_dir(url) == url + "/checkpoints"
+    assert checkpoint.resolve_directory(url + "/checkpoints") == url + "/checkpoints"
+    assert checkpoint.resolve_directory("runs/x") == os.path.abspath("runs/x")
+    seen = []
+
+    class Recorder:
+        def __init__(self, directory, **_):
+            seen.append(directory)
+
+    monkeypatch.setattr(checkpoint.ocp, "CheckpointManager", Recorder)
+    checkpoint.CheckpointManager(rl_stage.checkpoint_dir(url))
+    assert seen == [url + "/checkpoints"]
+    assert str(epath.Path(seen[0]) / "1") == url + "/checkpoints/1"  # as Orbax joins steps
+    # Metrics and results of a bucket run are written locally (then copied to run_dir/logs).
+    config = ml_collections.ConfigDict(dict(run_dir=url + "/", log_dir=""))
+    assert tpu_pod.log_dir_of(config) == pathlib.Path("runs/run")
