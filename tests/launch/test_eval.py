@@ -1,0 +1,259 @@
+"""launch/eval.py: aggregation over k passes on real workers, checkpoint resolution, the CLI.
+
+The aggregation test plays a scripted policy (the unit under test is the evaluation, not a
+model) through a real controller and real DB and echo workers (subprocesses, HTTP). The policy
+picks its behaviour by sample: the DB oracle's answer, the oracle once then a wrong answer, a
+wrong answer, SQL until our turn limit, filler until the context limit; on echo, correct echoes
+or no tool call. Every expected figure is therefore known exactly. The CLI test evaluates a
+tiny from-scratch model restored from an RL checkpoint of a run directory, end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
+from agentrl_jax.sampling.types import FinishReason, GenerationResult, SamplingParams
+from environments.db.oracle import Oracle
+from environments.db.task import DBTask, user_prompt
+from launch import eval as eval_lib
+from launch.env_fleet import REPO_ROOT, EnvFleet
+
+RUNS, LIMIT = 3, 5
+LIMITS = EpisodeLimits(max_turns=3, max_context_tokens=2048, max_new_tokens=2048)
+
+
+def hermes(message: dict) -> str:
+    """An OpenAI assistant message as the Hermes text a model would generate."""
+    calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+             for c in message.get("tool_calls") or []]
+    return "".join(f"<tool_call>\n{json.dumps(call)}\n</tool_call>" for call in calls)
+
+
+def call(name: str, **arguments) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+class ScriptedPolicy:
+    """A Generator whose replies depend on the (task, index) it recognises in the first prompt.
+
+    DB indices 0..4: 0 the oracle; 1 the oracle on its first episode only, then a wrong answer;
+    2 a wrong answer; 3 `SELECT 1` forever (turn limit); 4 filler up to the context limit.
+    Echo index i needs i+1 echoes: 0 and 2 echo (completed), 1 and 4 reply without a tool call
+    (invalid action), 3 echoes but needs 4 turns (turn limit).
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.db = DBTask(split="test")
+        self.oracle = Oracle(self.db)
+        self.db_prompts = {i: user_prompt(self.db.entry(i)) for i in range(LIMIT)}
+        self.sessions: dict[str, tuple[str, int]] = {}
+        self.turns: collections.Counter[str] = collections.Counter()
+        self.episodes: collections.Counter[tuple[str, int]] = collections.Counter()
+        self.first_try: dict[str, bool] = {}
+
+    def recognise(self, prompt: str) -> tuple[str, int]:
+        for index, text in self.db_prompts.items():
+            if text in prompt:
+                return "db", index
+        for index in range(LIMIT):
+            if f"Call echo {index + 1} times." in prompt:
+                return "echo", index
+        raise AssertionError(f"unknown prompt: {prompt[-300:]!r}")
+
+    def reply(self, session: str, max_new_tokens: int) -> list[int] | str:
+        task, index = self.sessions[session]
+        turn = self.turns[session]
+        if task == "echo":
+            return call("echo", text=f"turn {turn}") if index in (0, 2, 3) else "I am done."
+        if index == 4:
+            filler = self.tokenizer.encode(" la", add_special_tokens=False)
+            return filler * max_new_tokens
+        if index == 3:
+            return call("execute_sql", query="SELECT 1")
+        if index == 0 or (index == 1 and self.first_try[session]):
+            history = [{"role": "assistant", "tool_calls": [1]}] if turn else []
+            return hermes(self.oracle.next_message(index, history))
+        return call("commit_final_answer", answers=["certainly not the answer"])
+
+    async def generate(self, request):
+        session = request.session_id
+        if session not in self.sessions:
+            key = self.recognise(self.tokenizer.decode(list(request.prompt)))
+            self.sessions[session] = key
+            self.first_try[session] = self.episodes[key] == 0
+            self.episodes[key] += 1
+        out = self.reply(session, request.params.max_new_tokens)
+        self.turns[session] += 1
+        if isinstance(out, str):
+            ids = self.tokenizer.encode(out, add_special_tokens=False)
+            ids = ids[: request.params.max_new_tokens - 1] + [self.tokenizer.eos_token_id]
+        else:
+            ids = out[: request.params.max_new_tokens]
+        return GenerationResult(tokens=ids, logprobs=[-1.0] * len(ids), versions=[0] * len(ids),
+                                policy=request.policy, finish_reason=FinishReason.STOP)
+
+    async def end_session(self, session_id):
+        pass
+
+
+@pytest.fixture(scope="module")
+def db_and_echo(tmp_path_factory):
+    """A controller with a DB test-split worker and an echo worker, as subprocesses."""
+    with EnvFleet(log_dir=tmp_path_factory.mktemp("fleet_logs")) as fleet:
+        fleet.add_workers([dict(task="db", params=["split=test"]), dict(task="echo")])
+        fleet.wait_until(lambda listing: {"db-test", "echo"} <= set(listing), timeout_s=120)
+        yield fleet.url
+
+
+def test_k_runs_aggregate_to_exact_means_stds_and_terminations(db_and_echo, tokenizer,
+                                                                tmp_path):
+    policy = ScriptedPolicy(tokenizer)
+    agent = AgentSpec(tokenizer=tokenizer, sampling=SamplingParams(temperature=0.8,
+                                                                  max_new_tokens=2048),
+                      limits=LIMITS)
+    results = asyncio.run(eval_lib.evaluate_tasks(
+        db_and_echo, policy, agent, ["db", "echo"], split="test", runs=RUNS, limit=LIMIT,
+        concurrency=6, start_jitter_s=0))
+
+    assert list(results) == ["db-test", "echo"]
+    assert all(n == RUNS for n in policy.episodes.values()) and len(policy.episodes) == 10
+    db, echo = results["db-test"], results["echo"]
+    # DB: indices 0 and 1 succeed in the pass where index 1 got its one oracle episode, only
+    # index 0 in the other two. Which pass that is depends on scheduling; the figures do not.
+    assert db.episodes == echo.episodes == RUNS * LIMIT
+    assert sorted(db.success_per_run) == pytest.approx([0.2, 0.2, 0.4])
+    assert db.success_mean == pytest.approx(4 / 15)
+    assert db.success_std == pytest.approx(float(np.std([0.2, 0.2, 0.4])))
+    assert db.score_per_run == pytest.approx(db.success_per_run)
+    assert db.terminations == pytest.approx(dict(
+        completed=9 / 15, task_limit_reached=3 / 15, invalid_action=0.0,
+        context_limit=3 / 15, task_error=0.0))
+    # Echo: indices 0 and 2 succeed in every pass.
+    assert echo.success_per_run == pytest.approx([0.4] * RUNS)
+    assert echo.success_std == pytest.approx(0.0, abs=1e-12)
+    assert echo.terminations == pytest.approx(dict(
+        completed=6 / 15, task_limit_reached=3 / 15, invalid_action=6 / 15,
+        context_limit=0.0, task_error=0.0))
+
+    settings = {"checkpoint": "scripted", "runs": RUNS, "temperature": 0.8}
+    path, table = eval_lib.write_results(results, tmp_path, settings)
+    written = json.loads(path.read_text())
+    assert written["settings"] == settings and written["task_errors"] == {}
+    assert written["average"]["success_mean"] == pytest.approx((4 / 15 + 0.4) / 2)
+    assert written["tasks"]["db-test"]["success_std"] == pytest.approx(db.success_std)
+    assert (tmp_path / "eval.md").read_text() == table
+    assert "| db-test | 15 | 26.7 ± 9.4 | 26.7 ± 9.4 | 60% | 20% | 0% | 20% | 0% |" in table
+    assert "| echo | 15 | 40.0 ± 0.0 | 40.0 ± 0.0 | 40% | 20% | 40% | 0% | 0% |" in table
+    assert "| **average** | | 33.3 | 33.3 |" in table
+
+
+def test_task_names_resolve_against_the_controller():
+    known = ["db-test", "db-train", "echo", "dbbench-std"]
+    assert eval_lib.resolve_task_names(known, ["db", "echo", "dbbench-std"], "test") == [
+        "db-test", "echo", "dbbench-std"]
+    assert eval_lib.resolve_task_names(known, ["db"], "train") == ["db-train"]
+    with pytest.raises(eval_lib.EvalError, match="no task 'kg'"):
+        eval_lib.resolve_task_names(known, ["kg"], "test")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+@dataclasses.dataclass
+class TinyRun:
+    run_dir: object
+    sft_dir: object
+    saved_params: dict
+    step: int
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> TinyRun:
+    """A `launch.local`-shaped run directory: config.json, stages.json naming the warm-started
+    policy (a tiny scratch model), and an RL checkpoint whose parameters differ from it."""
+    import jax
+    from flax import nnx
+
+    from agentrl_jax.checkpoint import CheckpointManager
+    from agentrl_jax.experiment import policy as policy_lib
+    from agentrl_jax.rl import train_step
+    from configs import local_default
+    from environments.db.task import SYSTEM_PROMPT, TOOLS
+    from launch.local import single_device_mesh
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    config = local_default.get_config("fast")
+    config.env.tasks = ("db",)
+    config.rl.limits.update(max_turns=2, max_new_tokens=8)
+    texts = [SYSTEM_PROMPT, json.dumps(TOOLS)] + [
+        user_prompt(DBTask(split="test").entry(i)) for i in range(3)]
+    policy = policy_lib.new_scratch_policy(config.model, texts)
+    sft_dir = policy_lib.save_policy(policy, root / "sft_policy")
+
+    run_dir = root / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(config.to_json(indent=1, sort_keys=True))
+    (run_dir / "stages.json").write_text(json.dumps({"sft": {"policy_dir": str(sft_dir)}}))
+    trainer = train_step.Trainer(policy.model, config.rl.trainer, single_device_mesh())
+    state = trainer.init_state()
+    state = dataclasses.replace(state, params=jax.tree.map(lambda x: x * 0.5 + 0.01,
+                                                           state.params))
+    with CheckpointManager(run_dir / "checkpoints") as manager:
+        manager.save(2, state, force=True)
+        manager.wait_until_finished()
+    saved = nnx.to_pure_dict(nnx.state(trainer.model(jax.device_get(state.params))))
+    return TinyRun(run_dir, sft_dir, jax.tree.map(np.asarray, saved), 2)
+
+
+def test_run_directory_step_restores_the_checkpoint_parameters(tiny_run):
+    import jax
+    from flax import nnx
+
+    checkpoint = eval_lib.resolve_checkpoint(str(tiny_run.run_dir), tiny_run.step)
+    assert checkpoint.model_dir == tiny_run.sft_dir and checkpoint.step == tiny_run.step
+    assert checkpoint.run_config.model.parser == "hermes"
+    policy = eval_lib.load_checkpoint(checkpoint, "hermes")
+    restored = jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(policy.model)))
+    jax.tree.map(np.testing.assert_array_equal, restored, tiny_run.saved_params)
+    # Without --step (and no final_model yet): the latest checkpoint.
+    assert eval_lib.resolve_checkpoint(str(tiny_run.run_dir)).step == tiny_run.step
+
+
+def test_bad_checkpoints_are_reported(tiny_run, tmp_path):
+    with pytest.raises(eval_lib.EvalError, match=r"no RL checkpoint at step 7; it has \[2\]"):
+        eval_lib.resolve_checkpoint(str(tiny_run.run_dir), 7)
+    with pytest.raises(eval_lib.EvalError, match="--step needs a run directory"):
+        eval_lib.resolve_checkpoint(str(tiny_run.sft_dir), 3)
+    with pytest.raises(eval_lib.EvalError, match="neither a model-zoo name"):
+        eval_lib.resolve_checkpoint(str(tmp_path / "nothing"))
+
+
+def test_cli_evaluates_a_run_checkpoint_end_to_end(tiny_run, tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "launch.eval", "--checkpoint", str(tiny_run.run_dir),
+            "--step", str(tiny_run.step), "--runs", "2", "--limit", "2", "--out", str(out)]
+    done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    written = json.loads((out / "eval.json").read_text())
+    assert list(written["tasks"]) == ["db-test"]   # the run's tasks, on the test split
+    db = written["tasks"]["db-test"]
+    assert db["episodes"] == 4 and len(db["success_per_run"]) == 2
+    assert sum(db["terminations"].values()) == pytest.approx(1.0)
+    assert db["terminations"]["task_error"] == 0.0, written["task_errors"]
+    settings = written["settings"]
+    assert settings["step"] == tiny_run.step and settings["runs"] == 2
+    assert settings["limits"]["max_turns"] == 2   # the run's limits
+    assert settings["temperature"] == 0.8
+    assert "| db-test | 4 |" in (out / "eval.md").read_text()
+    assert (out / "logs").is_dir()
