@@ -1,0 +1,305 @@
+"""Writes docs/configuration.md from the live configs: every key, its defaults and its meaning.
+
+    python docs/make_config_reference.py           # rewrite docs/configuration.md
+    python docs/make_config_reference.py --check   # exit 1 if the page is out of date
+
+The keys and defaults come from the real ConfigDicts (`configs/local_default.py`, its `:fast`
+mode, `configs/local_smollm2.py`, `configs/agentbench_fc/*`), so the page cannot drift from the
+code without `--check` noticing; the meanings are the `MEANINGS` table below. A key without a
+meaning is an error: describe it here when you add it to a config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pathlib
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUTPUT = REPO_ROOT / "docs" / "configuration.md"
+sys.path.insert(0, str(REPO_ROOT))
+
+# Optimizer fields, shared by `sft.optimizer` and `rl.trainer.optimizer`.
+OPTIMIZER = {
+    "learning_rate": "peak learning rate of AdamW",
+    "schedule": '"constant" or "cosine" (after the warm-up)',
+    "warmup_steps": "linear warm-up from 0 to the peak over this many steps",
+    "total_steps": "cosine: steps from 0 to the end of the decay (then held)",
+    "end_lr_factor": "cosine: the final learning rate as a fraction of the peak",
+    "b1": "Adam β1",
+    "b2": "Adam β2",
+    "eps": "Adam ε",
+    "weight_decay": "decoupled weight decay (AdamW)",
+    "max_grad_norm": "global-norm gradient clipping; None or ≤ 0 disables it",
+}
+
+MEANINGS: dict[str, str] = {
+    # top level
+    "name": "the run's name (model file, or MODEL-ABLATION)",
+    "run_dir": "where the run lives: stages, checkpoints, final model, metrics (a local path; "
+               "agentbench_fc also takes a bucket URL such as gs://…)",
+    "log_dir": 'metrics, evaluation results, TensorBoard; "" = run_dir (or runs/NAME when '
+               "run_dir is a URL; copied to run_dir/logs at the end)",
+    "seed": "seeds evaluation episodes (sampling seeds and order)",
+    # env
+    "env.controller_url": 'an AgentRL-compatible controller to use; "" (local) starts our own '
+                          "sandboxed fleet; required by launch.tpu_pod",
+    "env.sandbox": "each task worker in its own bubblewrap sandbox (environments/sandbox)",
+    "env.tasks": "the tasks trained on (environment folder names; the controller serves "
+                 "TASK-SPLIT)",
+    "env.concurrency": "episodes one started worker holds at once",
+    "env.train_split": "split suffix of the training tasks (controller name TASK-train_split)",
+    "env.test_split": "split suffix of the evaluation tasks (controller name TASK-test_split)",
+    # model
+    "model.source": '"scratch" (new model + BPE trained on the demos), "zoo" (model.name) or '
+                    '"hf" (the HF directory model.path)',
+    "model.name": "source=zoo: a models.zoo name (e.g. smollm2-135m-instruct)",
+    "model.path": "source=hf: an HF checkpoint directory (Qwen2.5, GLM-4, Llama)",
+    "model.parser": 'tool-call format of the chat: "hermes", "qwen25" or "glm4"',
+    "model.vocab_size": "scratch: BPE vocabulary entries, special tokens included",
+    "model.seed": "scratch: parameter initialisation seed",
+    "model.dtype": "the sampler's compute dtype (parameters stay fp32, as the trainer's)",
+    "model.scratch.family": "scratch: decoder family (llama, qwen2, glm4)",
+    "model.scratch.hidden_size": "scratch: model width",
+    "model.scratch.intermediate_size": "scratch: MLP width",
+    "model.scratch.num_layers": "scratch: decoder blocks",
+    "model.scratch.num_heads": "scratch: attention heads",
+    "model.scratch.num_kv_heads": "scratch: key/value heads (grouped-query attention)",
+    "model.scratch.head_dim": "scratch: width of one head",
+    "model.scratch.max_position_embeddings": "scratch: longest sequence (RoPE table)",
+    "model.scratch.tie_word_embeddings": "scratch: output projection shares the embedding",
+    "model.scratch.rope_theta": "scratch: RoPE base",
+    # demos, sft
+    "demos.per_task": "oracle episodes per task for the warm start (cached)",
+    "demos.split": "split the oracle demonstrations are played on",
+    "demos.max_tokens": "demonstrations longer than this (tokens) are left out of the warm start",
+    "sft.epochs": "passes over the demonstrations",
+    "sft.tokens_per_step": "demonstration tokens per optimizer step (before padding)",
+    "sft.tokens_per_micro": "tokens per packed micro-batch (gradient accumulation)",
+    "sft.seq_buckets": "packed row lengths (each a compiled shape)",
+    "sft.seed": "order of the demonstrations",
+    "sft.cache_dir": 'warm-started policies, by config hash; "" = the agentrl_jax cache '
+                     "(~/.cache/agentrl_jax/sft)",
+    # mesh
+    "mesh.sampler_devices": "process 0's first local devices that run the sampling engine "
+                            "(tensor parallel); the rest train",
+    "mesh.trainer.data": "trainer mesh: data-parallel axis size (-1 = the remaining devices)",
+    "mesh.trainer.fsdp": "trainer mesh: fully-sharded axis size (-1 = the remaining devices)",
+    "mesh.trainer.tensor": "trainer mesh: tensor-parallel axis size",
+    # rl.pipeline
+    "rl.pipeline.mode": '"async" (AgentRL) or "sync" (the baseline: generate, then train)',
+    "rl.pipeline.steps": "optimizer steps of the RL stage",
+    "rl.pipeline.groups_per_step": "groups (prompts) the trainer waits for each step",
+    "rl.pipeline.max_groups_per_step": "cap on the groups taken per step; None takes every "
+                                       "complete group (AgentRL drains its buffer)",
+    "rl.pipeline.group_size": "samples per prompt, G (GRPO's group)",
+    "rl.pipeline.rollout_workers": "groups in flight at once (× G episodes)",
+    "rl.pipeline.max_staleness": "weight versions generation may run ahead of training; older "
+                                 "groups are dropped",
+    "rl.pipeline.stale_policy_ratio": "cross-policy sampling: share of turns generated by the "
+                                      "stale snapshot (0 disables it)",
+    "rl.pipeline.stale_every": "steps between refreshes of the stale snapshot",
+    "rl.pipeline.seed": "the task stream's shuffles and the episodes' sampling seeds",
+    # rl.sampling, rl.limits
+    "rl.sampling.temperature": "sampling temperature (AgentRL: 0.8)",
+    "rl.sampling.top_p": "nucleus sampling; 1.0 disables it",
+    "rl.sampling.top_k": "top-k sampling; 0 disables it",
+    "rl.limits.max_turns": "assistant turns per episode; more ends it with `task limit reached`",
+    "rl.limits.max_context_tokens": "tokens per episode (prompt + all turns); more ends it with "
+                                    "`agent context limit`",
+    "rl.limits.max_new_tokens": "tokens per assistant turn",
+    # rl.engine
+    "rl.engine.max_batch": "sampler decode slots (requests decoding at once)",
+    "rl.engine.page_size": "tokens per KV page",
+    "rl.engine.num_pages": "pages in the KV pool, shared by all episodes",
+    "rl.engine.max_context": "longest sequence the sampler holds (≥ limits.max_context_tokens)",
+    "rl.engine.prefill_buckets": "prefill lengths (compiled shapes); longer prompts are "
+                                 "prefilled in chunks of the largest",
+    "rl.engine.context_buckets": "context widths a decode step reads (max_context is added)",
+    "rl.engine.batch_buckets": "decode batch sizes (max_batch is added)",
+    "rl.engine.steps_per_sync": "decode steps per device call (the host syncs once per chunk)",
+    # rl.trainer
+    "rl.trainer.temperature": "logits / temperature in the trainer's log-probs (match the "
+                              "sampler's to train on the distribution sampled from)",
+    "rl.trainer.logprob_chunk": "sequence chunk of the vocabulary projection (memory)",
+    "rl.trainer.remat": "recompute each block in the backward pass (memory for compute)",
+    "rl.trainer.compute_dtype": 'e.g. "bfloat16"; None computes in the parameters\' fp32',
+    "rl.trainer.seq_buckets": "packed row lengths of a train micro-batch (compiled shapes)",
+    "rl.trainer.tokens_per_micro": "tokens per micro-batch (gradient accumulation)",
+    "rl.trainer.loss.clip_eps_low": "PPO clip: lower ε of the ratio",
+    "rl.trainer.loss.clip_eps_high": "PPO clip: upper ε of the ratio",
+    "rl.trainer.loss.dual_clip_c": "dual-clip bound c for negative advantages; None or ≤ 1 "
+                                   "disables it",
+    "rl.trainer.loss.decoupled": "decoupled PPO (AReaL): clip against proximal log-probs when "
+                                 "the batch carries them",
+    "rl.trainer.loss.tis_cap": "truncated importance sampling: cap on the behaviour weight; "
+                               "None disables it",
+    "rl.trainer.loss.kl_coef": "weight of the KL term to the frozen reference (0: no "
+                               "reference model)",
+    "rl.trainer.loss.kl_estimator": '"k1", "k2" or "k3"',
+    "rl.trainer.loss.entropy_coef": "entropy bonus weight",
+    # rl.advantages, rl.checkpoint
+    "rl.advantages.incomplete_penalty": "reward of every episode that does not end `completed`",
+    "rl.advantages.eps": "ε in the GRPO and task normalisation denominators",
+    "rl.advantages.task_adv_norm": "task advantage normalisation: z-score the token "
+                                   "advantages of each task in the batch",
+    "rl.advantages.filter_zero_variance": "drop groups whose rewards are all equal (no GRPO "
+                                          "signal)",
+    "rl.checkpoint.every": "steps between checkpoints (the last step is always saved)",
+    "rl.checkpoint.keep": "checkpoints kept",
+    # eval, export
+    "eval.tasks": "tasks evaluated after RL (single-task ablations: all five)",
+    "eval.per_task": "test indices per task (the first N); None: all",
+    "eval.runs": "passes over each task (k; success reported as mean ± std)",
+    "eval.concurrency": "evaluation episodes in flight",
+    "eval.before_rl": "evaluate the starting policy first",
+    "eval.after_rl": "evaluate the trained policy",
+    "export.dir": 'where the trained policy is written as an HF directory; "" = '
+                  "run_dir/final_model",
+    "export.dtype": "dtype of the exported weights",
+}
+for _field, _meaning in OPTIMIZER.items():
+    MEANINGS[f"sft.optimizer.{_field}"] = MEANINGS[f"rl.trainer.optimizer.{_field}"] = _meaning
+
+# Keys whose agentbench_fc value is set by each model file, not by base.py.
+PER_MODEL = {"name": "per model file", "model.parser": "per model file",
+             "run_dir": '`"runs/agentbench_fc/NAME"`'}
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if hasattr(value, "items"):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, float):
+        return f"`{value:.6g}`"   # 5e-06, not 4.9999999999999996e-06
+    if isinstance(value, list | tuple):
+        return "`(" + ", ".join(str(v) for v in value) + ("," if len(value) == 1 else "") + ")`"
+    return f"`{value}`"
+
+
+def section_of(key: str) -> str:
+    return key.rsplit(".", 1)[0] if "." in key else ""
+
+
+def diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in other.items() if k not in base or base[k] != v}
+
+
+def agentbench_fc() -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """base.py's keys, and each model file's changes to them ({} when the folder is absent)."""
+    folder = REPO_ROOT / "configs" / "agentbench_fc"
+    if not (folder / "base.py").exists():
+        return {}, []
+    base = importlib.import_module("configs.agentbench_fc.base")
+    models = sorted(p.stem for p in folder.glob("*.py")
+                    if p.stem not in ("__init__", "base", "ablations"))
+    rows = []
+    for model in models:
+        config = importlib.import_module(f"configs.agentbench_fc.{model}").get_config()
+        reference = flatten(base.get_config(config.name, config.model.parser))
+        rows.append((f"`agentbench_fc/{model}.py`", diff(reference, flatten(config))))
+    return flatten(base.get_config("NAME", "PARSER")), rows
+
+
+def render() -> str:
+    from configs import local_default, local_smollm2
+
+    local = flatten(local_default.get_config())
+    fc, model_rows = agentbench_fc()
+    missing = sorted(k for k in {*local, *fc} if k not in MEANINGS)
+    if missing:
+        raise SystemExit("keys without a meaning in docs/make_config_reference.py: "
+                         + ", ".join(missing))
+
+    out = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated by `python docs/make_config_reference.py` from the live configs; edit "
+        "the meanings there, not here. -->",
+        "",
+        "Runs are configured by `ml_collections` config files under `configs/`, chosen and "
+        "overridden with flags:",
+        "",
+        "```bash",
+        "python -m launch.local --config=configs/local_default.py          # the default",
+        "python -m launch.local --config=configs/local_default.py:fast     # a mode (CI)",
+        "python -m launch.local --config.rl.pipeline.steps=60 --config.run_dir=runs/longer",
+        "python -m launch.local \"--config.env.tasks=('db','kg')\"            # tuples: literals",
+        "python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_7b.py \\",
+        "    --config.model.path=/models/Qwen2.5-7B-Instruct --config.env.controller_url=URL",
+        "```",
+        "",
+        "Two families of configs exist:",
+        "",
+        "- **local** (`configs/local_default.py`, `configs/local_smollm2.py`): the main job "
+        "`launch.local` on one machine: its own sandboxed fleet, oracle demonstrations, a warm "
+        "start, async multi-task RL, evaluation before and after. A run's `config.json` also "
+        "gives `launch.eval` its defaults (tasks, parser, limits, engine).",
+        "- **agentbench_fc** (`configs/agentbench_fc/`): the AgentRL paper's runs on a TPU pod "
+        "with `launch.tpu_pod` ([tpu_pod.md](tpu_pod.md)): HF models, an external environment "
+        "fleet, multi-host meshes, export.",
+        "",
+        "In the tables, *local* is `configs/local_default.py` and *agentbench_fc* is "
+        "`configs/agentbench_fc/base.py` before a model file's changes (listed at the end); "
+        "— means the family has no such key; `None` is an unset placeholder.",
+    ]
+    keys = sorted({*local, *fc}, key=lambda k: (section_of(k) != "", section_of(k), k))
+    current = None
+    for key in keys:
+        section = section_of(key)
+        if section != current:
+            current = section
+            out += ["", f"## `{section}`" if section else "## Top level", "",
+                    "| key | local | agentbench_fc | meaning |", "| --- | --- | --- | --- |"]
+        local_value = show(local[key]) if key in local else "—"
+        fc_value = "—" if key not in fc else PER_MODEL.get(key, show(fc[key]))
+        out.append(f"| `{key.rsplit('.', 1)[-1]}` | {local_value} | {fc_value} | "
+                   f"{MEANINGS[key]} |")
+
+    rows = [("`local_default.py:fast`", diff(local, flatten(local_default.get_config("fast")))),
+            ("`local_smollm2.py`", diff(local, flatten(local_smollm2.get_config()))),
+            *model_rows]
+    out += ["", "## Modes and variants", "", "Each changes a few keys of its base config:", "",
+            "| config | changes |", "| --- | --- |"]
+    for name, changes in rows:
+        out.append(f"| {name} | " + ", ".join(f"`{k}` = {show(v)}"
+                                              for k, v in sorted(changes.items())) + " |")
+    if fc:
+        out += ["", "`configs/agentbench_fc/ablations.py:ABLATION[,MODEL]` (default model "
+                "`qwen25_14b`) changes one thing of a model file: `no_cross_policy` sets "
+                "`rl.pipeline.stale_policy_ratio` = 0; `no_task_adv_norm` sets "
+                "`rl.advantages.task_adv_norm` = False; `single_task_TASK` trains on "
+                "`env.tasks` = (TASK,) and still evaluates on all five; each gets its own "
+                "`run_dir`."]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if docs/configuration.md differs from a fresh render")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        if not OUTPUT.exists() or OUTPUT.read_text() != text:
+            raise SystemExit(f"{OUTPUT} is out of date: run python docs/make_config_reference.py")
+        print(f"{OUTPUT} is up to date")
+        return
+    OUTPUT.write_text(text)
+    print(f"wrote {OUTPUT}")
+
+
+if __name__ == "__main__":
+    main()
