@@ -38,7 +38,9 @@ never holds more than one layer's full matrices beyond its own shards. The leade
 full copy of the parameters (fp32: 4 bytes per parameter).
 
 Followers block inside the broadcast collective while the leader collects rollouts; on TPU that
-wait has no timeout. On CPU (tests) Gloo collectives time out after its default (30 min).
+wait has no timeout. On CPU (tests) Gloo collectives time out after its default (30 min). If a
+process dies, `jax.distributed`'s heartbeats end the others (100 s by default); rerunning the
+same command on every host resumes from the last checkpoint (`experiment.rl_stage`).
 """
 
 from __future__ import annotations

@@ -108,17 +108,9 @@ def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
     logs = [(tmp_path / f"process{pid}.log").read_text() for pid in range(2)]
     assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
 
-    # The leader trained STEPS steps, each on rollouts from the controller.
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    rl = [r for r in records if r["stage"] == "rl"]
-    assert [r["step"] for r in rl] == list(range(1, STEPS + 1))
-    assert all(r["num_rollouts"] >= 8 and np.isfinite(r["grad_norm"]) for r in rl)
-    # The sampler served exactly the trainer's weights of the step before: the tokens were
-    # sampled in lockstep (lag 0) and the trainer's log-probs reproduce their behaviour
-    # log-probs, so after step 1 the gathered weights reached process 0's sampler intact.
-    for r in rl:
-        assert r["lag_max"] == 0 and r["stale_refreshed"] == 1.0
-        assert abs(r["ratio_max"] - 1) < 1e-3 and abs(r["ratio_min"] - 1) < 1e-3, r
+    # The leader trained STEPS steps on rollouts from the controller; from step 2 on, the
+    # tokens came from weights gathered across both processes onto process 0's sampler.
+    records = check_lockstep_records(run_dir)
     assert any(r["stage"] == "eval_after" for r in records)
     # Every process made every checkpoint save: the last one is complete.
     assert (run_dir / "checkpoints" / str(STEPS) / "commit_success.txt").exists()
@@ -138,6 +130,39 @@ def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
     # Process 1 holds every parameter (its two devices are two thirds of the trainer mesh).
     with np.load(tmp_path / "shards1.npz") as shards:
         assert {n.split("|")[0] for n in shards.files} == set(final)
+
+
+def check_lockstep_records(run_dir: pathlib.Path) -> list[dict]:
+    """The RL records; each step's tokens came from the trainer's weights of the step before."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    assert [r["step"] for r in rl] == list(range(1, STEPS + 1))
+    for r in rl:
+        assert r["num_rollouts"] >= 8 and np.isfinite(r["grad_norm"])
+        # Lockstep (lag 0), and the trainer's log-probs reproduce the behaviour log-probs: the
+        # sampler served exactly the weights the trainer had after the step before.
+        assert r["lag_max"] == 0 and r["stale_refreshed"] == 1.0
+        assert abs(r["ratio_max"] - 1) < 1e-3 and abs(r["ratio_min"] - 1) < 1e-3, r
+    return records
+
+
+def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
+    """Without jax.distributed (one host): the sampler on device 0, the trainer on the other 7."""
+    from launch import tpu_pod
+    from tests.launch import tiny_pod_config
+
+    config = tiny_pod_config.get_config()
+    config.model.path = str(tiny_model_dir(tokenizer, tmp_path / "model"))
+    config.env.controller_url = coin_fleet.url
+    config.run_dir = str(tmp_path / "run")
+    config.eval.after_rl = False
+    state = tpu_pod.run(config)
+    assert int(state.step) == STEPS
+    check_lockstep_records(tmp_path / "run")
+    assert (tmp_path / "run" / "checkpoints" / str(STEPS) / "commit_success.txt").exists()
+    final = flat_params(tmp_path / "run" / "final_model")
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
+        np.testing.assert_array_equal(np.asarray(leaf), final[path_key(path)])
 
 
 def test_bucket_run_dirs_reach_orbax_untouched(monkeypatch):
