@@ -152,6 +152,8 @@ class EnvFleet:
     def __init__(self, controller_settings: dict | None = None,
                  log_dir: str | os.PathLike | None = None) -> None:
         self.log_dir = pathlib.Path(log_dir) if log_dir is not None else None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / "controller.log" if self.log_dir is not None else None
         self.controller = start_server(controller_argv(**(controller_settings or {})),
                                        log_path=log)
@@ -210,6 +212,52 @@ class EnvFleet:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+# ----------------------------------------------------------------------------- task fleets
+
+# A session waits for its first turn while the sampler compiles (minutes for a large model on a
+# CPU); the protocol's idle expiry (controller 300 s, worker 660 s) would end it as a task
+# error. A fleet started for one run serves only that run, so it waits as long as the run takes.
+RUN_IDLE_TIMEOUT_S = 6 * 3600.0
+
+
+def prepare_task_data(tasks: Sequence[str], splits: Sequence[str],
+                      log_dir: pathlib.Path) -> None:
+    """Builds each task's data cache for `splits`, unsandboxed (a sandboxed worker only reads).
+
+    Each in a subprocess, so the caller never holds a task's data in memory.
+    """
+    for task in tasks:
+        for split in splits:
+            code = ("from environments.registry import load_task; "
+                    f"load_task({task!r}, split={split!r})")
+            with open(log_dir / f"prepare_{task}_{split}.log", "w") as out:
+                subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True,
+                               stdout=out, stderr=subprocess.STDOUT)
+
+
+def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bool = True,
+                     concurrency: int = 64, log_dir: pathlib.Path | None = None,
+                     idle_timeout_s: float = RUN_IDLE_TIMEOUT_S) -> EnvFleet:
+    """A controller and one worker per (task, split), registered as `TASK-SPLIT` and alive.
+
+    Start it from the thread that outlives it and before JAX starts its threads (workers are
+    forked); close it (it is a context manager) to stop every process.
+    """
+    fleet = EnvFleet({"idle_session_timeout_s": idle_timeout_s}, log_dir=log_dir)
+    try:
+        fleet.add_workers([dict(task=task, sandbox=sandbox, concurrency=concurrency,
+                                idle_timeout=idle_timeout_s, params=[f"split={split}"])
+                           for task in tasks for split in splits])
+        names = {f"{task}-{split}" for task in tasks for split in splits}
+        fleet.wait_until(lambda listing: names <= {
+            name for name, workers in listing.items()
+            if any(w["status"] == "alive" for w in workers)}, timeout_s=120)
+    except BaseException:
+        fleet.close()
+        raise
+    return fleet
 
 
 # ----------------------------------------------------------------------------- in-process

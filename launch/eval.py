@@ -32,7 +32,6 @@ import dataclasses
 import json
 import logging
 import pathlib
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -165,21 +164,6 @@ def load_checkpoint(checkpoint: Checkpoint, parser: str) -> policy_lib.Policy:
 # ----------------------------------------------------------------------------- environments
 
 
-def prepare_task_data(tasks: Sequence[str], split: str, log_dir: pathlib.Path) -> None:
-    """Builds each task's data cache for `split` unsandboxed (a sandboxed worker only reads)."""
-    for task in tasks:
-        code = f"from environments.registry import load_task; load_task({task!r}, split={split!r})"
-        with open(log_dir / f"prepare_{task}_{split}.log", "w") as out:
-            subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, stdout=out,
-                           stderr=subprocess.STDOUT)
-
-
-# A session waits for its first turn while the sampler compiles (minutes for a large model on
-# a CPU); the protocol's idle expiry (controller 300 s, worker 660 s) would end it as a task
-# error. Our own fleet serves only this evaluation, so it waits as long as the run takes.
-_IDLE_TIMEOUT_S = 6 * 3600.0
-
-
 def start_test_fleet(tasks: Sequence[str], split: str, stack: contextlib.ExitStack, *,
                      sandbox: bool = True, concurrency: int = 64,
                      log_dir: pathlib.Path | None = None) -> str:
@@ -187,21 +171,14 @@ def start_test_fleet(tasks: Sequence[str], split: str, stack: contextlib.ExitSta
 
     Call it before JAX starts its threads (before loading a model): workers are forked.
     """
-    from launch.env_fleet import EnvFleet
+    from launch.env_fleet import prepare_task_data, start_task_fleet
 
     if sandbox and log_dir is not None:
-        prepare_task_data(tasks, split, log_dir)
-    fleet = stack.enter_context(EnvFleet({"idle_session_timeout_s": _IDLE_TIMEOUT_S},
-                                         log_dir=log_dir))
+        prepare_task_data(tasks, [split], log_dir)
     print(f"environments: starting {len(tasks)} {split}-split workers"
           f"{' (sandboxed)' if sandbox else ''}" + (f"; logs in {log_dir}" if log_dir else ""))
-    fleet.add_workers([dict(task=task, sandbox=sandbox, concurrency=concurrency,
-                            idle_timeout=_IDLE_TIMEOUT_S, params=[f"split={split}"])
-                       for task in tasks])
-    names = {f"{task}-{split}" for task in tasks}
-    fleet.wait_until(lambda listing: names <= {
-        name for name, workers in listing.items()
-        if any(w["status"] == "alive" for w in workers)}, timeout_s=120)
+    fleet = stack.enter_context(start_task_fleet(tasks, [split], sandbox=sandbox,
+                                                 concurrency=concurrency, log_dir=log_dir))
     return fleet.url
 
 

@@ -28,7 +28,6 @@ import json
 import logging
 import pathlib
 import shutil
-import subprocess
 import sys
 import time
 from typing import Any
@@ -102,22 +101,18 @@ def start_environments(env: ml_collections.ConfigDict, run: RunDir, stack: conte
     """The controller URL: `env.controller_url`, or a fleet started here (stopped on exit)."""
     if env.controller_url:
         return env.controller_url
-    from launch.env_fleet import EnvFleet
+    from launch.env_fleet import start_task_fleet
 
-    fleet = stack.enter_context(EnvFleet(log_dir=run.path / "logs"))
     splits = (env.train_split, env.test_split)
-    print(f"environments: starting {len(env.tasks) * 2} workers"
+    print(f"environments: starting {len(env.tasks) * len(splits)} workers"
           f"{' (sandboxed)' if env.sandbox else ''}; logs in {run.path / 'logs'}")
-    fleet.add_workers([dict(task=task, sandbox=env.sandbox, concurrency=env.concurrency,
-                            params=[f"split={split}"]) for task in env.tasks for split in splits])
+    fleet = stack.enter_context(start_task_fleet(
+        env.tasks, splits, sandbox=env.sandbox, concurrency=env.concurrency,
+        log_dir=run.path / "logs"))
     (run.path / "fleet.json").write_text(json.dumps({
         "controller": {"url": fleet.url, "pid": fleet.controller.process.pid},
         "workers": [{"argv": w.argv, "url": w.url, "pid": w.process.pid}
                     for w in fleet.workers]}, indent=1))
-    names = {f"{task}-{split}" for task in env.tasks for split in splits}
-    fleet.wait_until(lambda listing: names <= {
-        name for name, workers in listing.items()
-        if any(w["status"] == "alive" for w in workers)}, timeout_s=120)
     return fleet.url
 
 
@@ -131,13 +126,9 @@ def gather_demos(config: ml_collections.ConfigDict, run: RunDir) -> list[pathlib
 
 def prepare_task_data(config: ml_collections.ConfigDict, run: RunDir) -> None:
     """Builds every task's data cache for the splits the workers will serve."""
-    for task in tqdm(config.env.tasks, desc="task data", unit="task"):
-        for split in (config.env.train_split, config.env.test_split):
-            code = ("from environments.registry import load_task; "
-                    f"load_task({task!r}, split={split!r})")
-            with open(run.path / "logs" / f"prepare_{task}_{split}.log", "w") as out:
-                subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True,
-                               stdout=out, stderr=subprocess.STDOUT)
+    from launch.env_fleet import prepare_task_data as prepare
+
+    prepare(config.env.tasks, (config.env.train_split, config.env.test_split), run.path / "logs")
 
 
 def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) -> str:
