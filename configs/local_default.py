@@ -39,14 +39,14 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
 
     c.model = policy_lib.default_config()
 
-    c.demos = dict(per_task=80, split="train", max_tokens=4096)
+    c.demos = dict(per_task=40, split="train", max_tokens=4096)
 
     c.sft = sft_stage.default_config()
-    c.sft.epochs = 3
+    c.sft.epochs = 2
     c.sft.cache_dir = ""  # warm-started policies by config hash; "" = the agentrl_jax cache
 
     c.rl = rl_stage.default_config()
-    c.rl.pipeline.update(steps=30, groups_per_step=5, group_size=4, rollout_workers=10,
+    c.rl.pipeline.update(steps=20, groups_per_step=4, group_size=4, rollout_workers=8,
                          max_staleness=2, stale_policy_ratio=0.25, stale_every=10)
     c.rl.trainer.optimizer.update(learning_rate=3e-4, max_grad_norm=1.0)
     c.rl.trainer.seq_buckets = (512, 1024, 2048, 4096)
