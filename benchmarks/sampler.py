@@ -108,7 +108,8 @@ def bench_decode(model, hf_model, batch: int, prompt_len: int, new: int) -> dict
     cfg = EngineConfig(
         max_batch=batch, page_size=16, num_pages=batch * (prompt_len + new) // 16 + 8,
         max_context=prompt_len + new, prefill_buckets=(prompt_len,),
-        context_buckets=(prompt_len + new,), batch_buckets=(batch,), steps_per_sync=16,
+        prefill_batch_buckets=(min(batch, 8),), context_buckets=(prompt_len + new,),
+        batch_buckets=(batch,), steps_per_sync=16,
     )
     engine = SamplingEngine(model, cfg)
     ps = prompts(batch, prompt_len, model.cfg.vocab_size, seed=batch)
@@ -137,9 +138,10 @@ def bench_multiturn(model, episodes: int, turns: int, env_tokens: int, new: int)
     max_context = -(-(env_tokens + turns * (env_tokens + new)) // 256) * 256
     cfg = EngineConfig(
         max_batch=episodes, page_size=16, num_pages=episodes * max_context // 16 + 8,
-        # A turn appends the last generated token + the environment's reply: 129 → 256.
-        max_context=max_context, prefill_buckets=(64, 128, 256, 512),
-        context_buckets=(256, 1024),
+        # A turn appends the last generated token + the environment's reply: 129 → 192. A
+        # re-prefill goes in chunks of 512 (the largest bucket).
+        max_context=max_context, prefill_buckets=(64, 192, 512),
+        prefill_batch_buckets=(episodes,), context_buckets=(256, 512, 1024, 1536),
         batch_buckets=(episodes,), steps_per_sync=16,
     )
     forced = SamplingParams(temperature=0.0, max_new_tokens=new)
@@ -228,6 +230,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--parts", default="decode,multiturn,continuous",
+                        help="comma-separated subset of decode,multiturn,continuous")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
 
@@ -241,17 +245,21 @@ def main():
     q = args.quick
     prompt_len, new = (32, 16) if q else (128, 128)
     out: dict = {"model": source, "machine": info, "hf_baseline": hf_attention}
-    for b in (int(x) for x in args.batches.split(",")):
-        r = bench_decode(model, hf_model, b, prompt_len, new)
-        out[f"decode_b{b}"] = r
-        out[f"decode_vs_hf_b{b}"] = r["ratio"]
+    parts = set(args.parts.split(","))
+    if "decode" in parts:
+        for b in (int(x) for x in args.batches.split(",")):
+            r = bench_decode(model, hf_model, b, prompt_len, new)
+            out[f"decode_b{b}"] = r
+            out[f"decode_vs_hf_b{b}"] = r["ratio"]
     del hf_model
-    mt = bench_multiturn(model, episodes=2 if q else 8, turns=3 if q else 8,
-                         env_tokens=32 if q else 128, new=16 if q else 64)
-    out["multiturn"], out["multiturn_reuse_vs_reprefill"] = mt, mt["ratio"]
-    cb = bench_continuous(model, requests=16 if q else 64, slots=8 if q else 16,
-                          prompt_len=32, lengths=(4, 32) if q else (16, 256))
-    out["continuous"], out["continuous_vs_static"] = cb, cb["ratio"]
+    if "multiturn" in parts:
+        mt = bench_multiturn(model, episodes=2 if q else 8, turns=3 if q else 8,
+                             env_tokens=32 if q else 128, new=16 if q else 64)
+        out["multiturn"], out["multiturn_reuse_vs_reprefill"] = mt, mt["ratio"]
+    if "continuous" in parts:
+        cb = bench_continuous(model, requests=16 if q else 64, slots=8 if q else 16,
+                              prompt_len=32, lengths=(4, 32) if q else (16, 256))
+        out["continuous"], out["continuous_vs_static"] = cb, cb["ratio"]
     out["compilations_total"] = len(COMPILES)
     out["compile_seconds_total"] = sum(COMPILES)
     out["compilations_while_timing"] = TIMED_COMPILES[0]

@@ -1,15 +1,16 @@
 """The sampling engine's scheduler: continuous batching over a paged KV pool, policy pool.
 
 `SamplingEngine` is synchronous and single-threaded: `submit` queues requests and `step` does one
-round of work (admit and prefill waiting requests into free decode slots, then one decode chunk
-of `steps_per_sync` steps for every running request). `AsyncSamplingEngine` runs `step` on a
+round of work (admit waiting requests into free decode slots and prefill them together, several
+prompts per device call, then one decode chunk of `steps_per_sync` steps for every running
+request). `AsyncSamplingEngine` runs `step` on a
 background thread and gives asyncio callers `await engine.generate(request)`.
 
 Scheduling:
   * at most `max_batch` requests decode at once; a finished request frees its slot at once and
     the next waiting request is prefilled into it (nobody waits for the longest sequence);
-  * shapes come from a few buckets (prefill length, decode batch, context width), so after
-    `warmup()` traffic never compiles;
+  * shapes come from a few buckets (prefill rows and length, decode batch, context width), so
+    after `warmup()` traffic never compiles;
   * a request reserves pages for its prompt plus `max_new_tokens` at admission, evicting idle
     sessions (LRU) if needed, so decode never runs out of memory half way.
 
@@ -39,17 +40,25 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agentrl_jax.models.decoder import Decoder, KVCache
+from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
+from agentrl_jax.sampling.forward import POOL_AXES, KVPool
 from agentrl_jax.sampling.kv_pages import PagedKVManager, Session
 from agentrl_jax.sampling.steps import RowParams, compile_steps
 from agentrl_jax.sampling.types import (
     FinishReason,
     GenerateRequest,
     GenerationResult,
-    SamplingParams,
 )
-from agentrl_jax.sampling.weights import PolicyWeights, Weights, weight_shardings, weights_of
+from agentrl_jax.sampling.weights import (
+    PolicyWeights,
+    SamplerWeights,
+    Weights,
+    split_layers,
+    split_shardings,
+    weight_shardings,
+    weights_of,
+)
 
 DoneCallback = Callable[[Any], None]  # receives a GenerationResult or an Exception
 
@@ -64,7 +73,10 @@ class EngineConfig:
       num_pages: pages in the pool (page 0 is scratch), shared by all sessions.
       max_context: longest sequence (prompt + generated) in tokens.
       prefill_buckets: prefill lengths; longer inputs are prefilled in chunks of the largest.
+      prefill_batch_buckets: prompts prefilled together in one device call (rows); capped at
+        max_batch. Batching fills the matmuls (one 128-token prompt is a thin matrix).
       context_buckets: widths (tokens) of the context read by a step; max_context is added.
+        Attention reads the whole bucket, so finer buckets cost compilations but save reads.
       batch_buckets: decode batch sizes; max_batch is added.
       steps_per_sync: decode steps per device call (host syncs once per chunk).
       in_flight: "finish" or "abort" (see the module docstring).
@@ -77,6 +89,7 @@ class EngineConfig:
     num_pages: int = 1024
     max_context: int = 2048
     prefill_buckets: tuple[int, ...] = (32, 128, 512)
+    prefill_batch_buckets: tuple[int, ...] = (1, 4)
     context_buckets: tuple[int, ...] = (256, 1024)
     batch_buckets: tuple[int, ...] = (1, 4, 8, 16)
     steps_per_sync: int = 8
@@ -96,6 +109,10 @@ class EngineConfig:
         ctx = sorted({c for c in self.context_buckets if c < self.max_context} | {self.max_context})
         batch = sorted({b for b in self.batch_buckets if b < self.max_batch} | {self.max_batch})
         return tuple(sorted(set(self.prefill_buckets))), tuple(ctx), tuple(batch)
+
+    def prefill_rows(self) -> tuple[int, ...]:
+        """Row buckets of a prefill call, sorted and capped at max_batch."""
+        return tuple(sorted({min(r, self.max_batch) for r in self.prefill_batch_buckets} | {1}))
 
 
 def _bucket(buckets: Sequence[int], n: int) -> int:
@@ -117,6 +134,7 @@ class _Turn:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     reused: int = 0
     stop_string: str | None = None
+    prefilled: int = 0  # prompt tokens whose k/v are in the pool so far (during admission)
 
     def restart(self) -> None:
         self.policy, self.tokens, self.logprobs, self.stop_string = None, [], [], None
@@ -153,15 +171,17 @@ class SamplingEngine:
         self._graphdef = nnx.graphdef(model)
         self._mesh = mesh
         self._weight_shardings = weight_shardings(model, mesh, rules)
+        self._split = jax.jit(
+            split_layers, out_shardings=split_shardings(self._weight_shardings, self.cfg.num_layers)
+        )
         self._prefill_buckets, self._context_buckets, self._batch_buckets = (
             config.sorted_buckets()
         )
+        self._prefill_rows = config.prefill_rows()
         cache_sharding = None
-        cache = KVCache.zeros(self.cfg, config.num_pages * config.page_size)
+        cache = KVPool.zeros(self.cfg, config.num_pages * config.page_size)
         if mesh is not None:
-            spec = sharding_lib.logical_to_spec(
-                (None, None, "kv_heads", None), rules, mesh, cache.k.shape
-            )
+            spec = sharding_lib.logical_to_spec(POOL_AXES, rules, mesh, cache.k.shape)
             cache_sharding = NamedSharding(mesh, spec)
             self._replicated = NamedSharding(mesh, PartitionSpec())
             cache = jax.device_put(cache, cache_sharding)
@@ -180,14 +200,17 @@ class SamplingEngine:
 
     # ---- policies ------------------------------------------------------------------------
 
-    def prepare_weights(self, params: Decoder | nnx.State | Weights) -> Weights:
-        """Sampler-layout weights on the sampler's shardings (safe to call from any thread)."""
+    def prepare_weights(self, params: Decoder | nnx.State | Weights) -> SamplerWeights:
+        """Sampler-layout weights on the sampler's shardings (safe to call from any thread).
+
+        A copy: the caller may go on updating (or donating) its own arrays.
+        """
         if isinstance(params, nnx.State):
             params = nnx.merge(self._graphdef, params)
         weights = weights_of(params) if isinstance(params, Decoder) else params
         if self._weight_shardings is not None:
             weights = jax.device_put(weights, self._weight_shardings)
-        return weights
+        return self._split(weights)
 
     def update_params(
         self, params: Decoder | nnx.State | Weights, version: int, policy: str = "current"
@@ -199,7 +222,7 @@ class SamplingEngine:
         """
         self.install(policy, version, self.prepare_weights(params))
 
-    def install(self, policy: str, version: int, weights: Weights) -> None:
+    def install(self, policy: str, version: int, weights: SamplerWeights) -> None:
         """`update_params` with weights already prepared by `prepare_weights`."""
         self._policies[policy] = PolicyWeights(policy, version, weights)
         if self.config.in_flight == "abort":
@@ -261,18 +284,27 @@ class SamplingEngine:
         return len(self._running)
 
     def step(self) -> None:
-        """Admits waiting requests into free slots, then runs one decode chunk."""
-        while self._waiting and len(self._running) < self.config.max_batch:
+        """Admits waiting requests into free slots, prefills them, then runs one decode chunk."""
+        admitted: list[_Turn] = []
+        while self._waiting and len(self._running) + len(admitted) < self.config.max_batch:
             turn = self._waiting[0]
             try:
-                admitted = self._admit(turn)
+                ok = self._admit(turn, pending=len(admitted))
             except Exception as e:  # a bad request fails alone, the engine goes on
                 self._waiting.popleft()
                 self._fail(turn, e)
                 continue
-            if not admitted:
+            if not ok:
                 break
             self._waiting.popleft()
+            admitted.append(turn)
+        if admitted:
+            try:
+                self._prefill_turns(admitted)
+            except Exception as e:  # fail the turns of the failed call, as admission errors do
+                for turn in admitted:
+                    if turn.session is not None and turn not in self._running:
+                        self._fail(turn, e)
         groups: dict[int, list[_Turn]] = collections.defaultdict(list)
         for turn in self._running:
             groups[id(turn.policy)].append(turn)
@@ -308,10 +340,11 @@ class SamplingEngine:
     def warmup(self) -> None:
         """Compiles every bucket shape, so traffic afterwards never compiles."""
         weights = next(iter(self._policies.values())).weights
-        for t in self._prefill_buckets:
-            for c in self._context_buckets:
-                self._run_prefill(weights, [0] * t, 0, np.zeros(t, np.int32), np.zeros(c, np.int32),
-                                  SamplingParams(), 0, t)
+        page = self.config.page_size
+        for rows in self._prefill_rows:
+            for t in self._prefill_buckets:
+                for c in (0, *self._context_buckets):
+                    self._run_prefill(weights, [], rows, t, c // page)
         for b in self._batch_buckets:
             for c in self._context_buckets:
                 self._run_decode(weights, [], b, c // self.config.page_size)
@@ -334,20 +367,34 @@ class SamplingEngine:
     def _put(self, tree):
         return tree if self._mesh is None else jax.device_put(tree, self._replicated)
 
-    def _run_prefill(self, weights, tokens, start, write, read, params, seed, bucket):
-        n = len(tokens)
-        row = np.zeros((1, bucket), np.int32)
-        row[0, :n] = tokens
-        write_row = np.zeros((1, bucket), np.int32)
-        write_row[0, :n] = write
-        turn = _Turn(-1, GenerateRequest([0], params), None, seed)
-        args = self._put((row, np.array([start], np.int32), np.array([n], np.int32), write_row,
-                          read[None].astype(np.int32), self._row_params([turn], 1)))
+    def _run_prefill(self, weights, chunks: Sequence[tuple[_Turn, int, int]], rows: int,
+                     bucket: int, width: int):
+        """One prefill call: row i prefills prompt[start:stop] of chunks[i] = (turn, start, stop).
+
+        `width` is the context width in pages (0: no row has cached context). Returns the
+        device arrays of the sampled tokens and their log-probabilities, one per row.
+        """
+        tokens = np.zeros((rows, bucket), np.int32)
+        start = np.zeros(rows, np.int32)
+        length = np.zeros(rows, np.int32)
+        write = np.zeros((rows, bucket), np.int32)
+        table = np.zeros((rows, width), np.int32) if width else None
+        for i, (turn, lo, hi) in enumerate(chunks):
+            tokens[i, : hi - lo] = turn.request.prompt[lo:hi]
+            start[i], length[i] = lo, hi - lo
+            write[i, : hi - lo] = self.pages.slots(turn.session, lo, hi)
+            if table is not None:
+                table[i] = self.pages.page_row(turn.session, width)
+        row_params = self._row_params([turn for turn, _, _ in chunks], rows)
+        args = self._put((tokens, start, length, write, table, row_params))
         self._cache, token, logprob = self._prefill(weights, self._cache, *args)
         return token, logprob
 
-    def _admit(self, turn: _Turn) -> bool:
-        """Prefills a waiting turn into a decode slot; False if memory is short for now."""
+    def _admit(self, turn: _Turn, pending: int) -> bool:
+        """Gives a waiting turn its session, pages and policy (`_prefill_turns` prefills it).
+
+        False if memory is short for now; `pending` turns were admitted this round already.
+        """
         request, config = turn.request, self.config
         if request.policy not in self._policies:
             raise KeyError(f"unknown policy {request.policy!r}; serving {sorted(self._policies)}")
@@ -356,7 +403,7 @@ class SamplingEngine:
         session, policy, prompt = turn.session, self._policies[request.policy], list(request.prompt)
         turn.max_new = min(request.params.max_new_tokens, config.max_context - len(prompt))
         if not self.pages.reserve(session, len(prompt) + turn.max_new):
-            if not self._running:
+            if not self._running and not pending:
                 raise MemoryError(
                     f"a request of {len(prompt) + turn.max_new} tokens does not fit the KV pool"
                 )
@@ -371,32 +418,55 @@ class SamplingEngine:
         elif session.tokens:
             self.stats["invalidated_sessions"] += 1
         session.tokens, session.tag = prompt[:reuse], policy.tag
-        turn.reused = reuse
+        turn.reused = turn.prefilled = reuse
         self.stats["reused_tokens"] += reuse
         self.stats["prefilled_tokens"] += len(prompt) - reuse
-
-        largest = self._prefill_buckets[-1]
-        start = reuse
-        while start < len(prompt):
-            chunk = prompt[start : start + largest]
-            bucket = _bucket(self._prefill_buckets, len(chunk))
-            width = _bucket(self._context_buckets, max(start, 1))
-            read = np.zeros(width, np.int32)
-            read[:start] = self.pages.slots(session, 0, start)
-            write = self.pages.slots(session, start, start + len(chunk))
-            token, logprob = self._run_prefill(
-                policy.weights, chunk, start, write, read, request.params, turn.seed, bucket
-            )
-            start += len(chunk)
-        session.tokens = prompt
-        token, logprob = jax.device_get((token, logprob))
-        self._append(turn, [int(token[0])], [float(logprob[0])])
-        reason = self._finished(turn, first_new=0)
-        if reason is not None:
-            self._finish(turn, reason)
-        else:
-            self._running.append(turn)
         return True
+
+    def _prefill_turns(self, turns: list[_Turn]) -> None:
+        """Prefills admitted turns, several per call, and samples each one's first token.
+
+        In rounds: a round prefills the next chunk (at most the largest prefill bucket) of every
+        turn with prompt left, in calls of up to the largest row bucket, one policy per call;
+        fresh prompts (no cached context: no context read) go apart from continuations.
+        """
+        largest, max_rows = self._prefill_buckets[-1], self._prefill_rows[-1]
+        page = self.config.page_size
+        first: dict[int, tuple[Any, Any, int]] = {}  # turn id -> (tokens, logprobs, row)
+        left = list(turns)
+        while left:
+            calls: dict[tuple[bool, int], list[_Turn]] = collections.defaultdict(list)
+            for turn in left:
+                calls[turn.prefilled == 0, id(turn.policy)].append(turn)
+            for (fresh, _), group in calls.items():
+                for i in range(0, len(group), max_rows):
+                    batch = group[i : i + max_rows]
+                    chunks = [(t, t.prefilled, min(len(t.request.prompt), t.prefilled + largest))
+                              for t in batch]
+                    bucket = _bucket(self._prefill_buckets, max(hi - lo for _, lo, hi in chunks))
+                    width = 0
+                    if not fresh:
+                        context = max(lo for _, lo, _ in chunks)
+                        width = _bucket(self._context_buckets, context) // page
+                    token, logprob = self._run_prefill(
+                        batch[0].policy.weights, chunks,
+                        _bucket(self._prefill_rows, len(batch)), bucket, width,
+                    )
+                    for row, (turn, _, hi) in enumerate(chunks):
+                        turn.prefilled = hi
+                        if hi == len(turn.request.prompt):
+                            first[turn.id] = (token, logprob, row)
+            left = [t for t in left if t.prefilled < len(t.request.prompt)]
+        fetched = jax.device_get(first)
+        for turn in turns:
+            token, logprob, row = fetched[turn.id]
+            turn.session.tokens = list(turn.request.prompt)
+            self._append(turn, [int(token[row])], [float(logprob[row])])
+            reason = self._finished(turn, first_new=0)
+            if reason is not None:
+                self._finish(turn, reason)
+            else:
+                self._running.append(turn)
 
     def _run_decode(self, weights, turns: Sequence[_Turn], rows: int, width: int):
         tokens = np.zeros(rows, np.int32)

@@ -1,35 +1,72 @@
 """The decoder forward against the paged KV pool, as the sampler runs it.
 
-The model's `Decoder.hidden_cached` writes each layer's new k/v into the pool before reading it
-back, which threads the whole pool through the layer scan. Here each layer instead reads the
-cached context from the pool (read-only) and attends to the new tokens' k/v directly; the new
-k/v of all layers are scattered into the pool once, after the scan, into a donated buffer, so the
-pool is updated in place and never copied. The transformer block itself is the model's
-(`decoder.block`), so the arithmetic is the trainer's.
+Decode is memory-bound, and on CPU every large temporary buffer is allocated and page-faulted in
+afresh on each call, so the layout choices here are about bytes moved and bytes kept alive:
 
-Slots: the pool holds `num_slots` (k, v) entries per layer; a sequence's context lives in the
-slots its page table lists, `slot = page · page_size + offset`. Slot 0 is scratch: padding and
-finished rows write there.
+* Layers are unrolled over per-layer weight arrays (`SamplerWeights`). A `lax.scan` over the
+  stacked [layers, ...] weights makes XLA copy each layer's slice before its matmuls (a dot does
+  not read a dynamic slice in place), which at decode doubles the traffic of the weights.
+* The pool (`KVPool`) is head-major, [layers, K, slots, D], and is read a page at a time: a
+  row's context for kv head k is gathered as whole pages (page_size · D contiguous values) from
+  one flat [(layer, head, page), page_size · D] view, straight into the [B, K, C, D] layout
+  that the per-head attention matmuls read without a transpose. (Slot-major pages would need
+  the gathered context transposed; indexing the layer first would copy the layer's slice.)
+* The pool is read-only inside a device call; each layer attends to the cached context in the
+  pool plus the keys not yet in it (a prefill's new tokens; the decode chunk's steps so far,
+  kept in a small per-layer buffer). The new k/v are scattered into the (donated) pool once, at
+  the end of the call, so the pool is updated in place and never copied. (Scattering into the
+  pool at every decode step while the same step reads it makes XLA copy the whole pool.)
+* Each layer's gather indices carry a data dependency on the previous layer's output, so XLA
+  gathers layer by layer. Otherwise it hoists every layer's gather to the start (they depend
+  only on the pool) and keeps all of them alive at once.
+
+The transformer block itself is the model's (`decoder.block`), so the arithmetic is the
+trainer's. Slot 0 of the pool is scratch: padding and finished rows write there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 
 from agentrl_jax.models import layers as L
 from agentrl_jax.models.config import ModelConfig
-from agentrl_jax.models.decoder import KVCache, block
-from agentrl_jax.sampling.weights import Weights
+from agentrl_jax.models.decoder import block
+from agentrl_jax.sampling.weights import SamplerWeights
 
 
-def embed_tokens(cfg: ModelConfig, w: Weights, tokens: jax.Array) -> jax.Array:
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class KVPool:
+    """The sampler's pool of KV slots: k, v are [layers, kv_heads, slots, head_dim].
+
+    A sequence owns pages of `page_size` consecutive slots (chosen by `PagedKVManager`);
+    slot 0 (in page 0) is scratch.
+    """
+
+    k: jax.Array
+    v: jax.Array
+
+    @classmethod
+    def zeros(cls, cfg: ModelConfig, num_slots: int, dtype=None) -> KVPool:
+        shape = (cfg.num_layers, cfg.num_kv_heads, num_slots, cfg.head_dim)
+        dtype = dtype or cfg.dtype
+        return cls(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+
+# Logical axes of the pool's dimensions, for sharding it on a mesh (kv heads split).
+POOL_AXES = (None, "kv_heads", None, None)
+
+
+def embed_tokens(cfg: ModelConfig, w: SamplerWeights, tokens: jax.Array) -> jax.Array:
     return jnp.take(w["embed"], tokens, axis=0).astype(cfg.dtype)
 
 
-def output_logits(cfg: ModelConfig, w: Weights, hidden: jax.Array) -> jax.Array:
+def output_logits(cfg: ModelConfig, w: SamplerWeights, hidden: jax.Array) -> jax.Array:
     """fp32 logits, as `Decoder.logits` computes them."""
     out = w["embed"].T if cfg.tie_word_embeddings else w["lm_head"]
     return jnp.einsum(
@@ -37,82 +74,135 @@ def output_logits(cfg: ModelConfig, w: Weights, hidden: jax.Array) -> jax.Array:
     )
 
 
-def slots_of(page_table: jax.Array, page_size: int) -> jax.Array:
-    """[B, W] pages → [B, W · page_size] slots, entry j holding position j."""
-    offsets = jnp.arange(page_size, dtype=page_table.dtype)
-    return (page_table[:, :, None] * page_size + offsets).reshape(page_table.shape[0], -1)
+def gather_context(pool: jax.Array, layer: int, page_table: jax.Array, page_size: int
+                   ) -> jax.Array:
+    """Layer `layer`'s cached k (or v) of each row: [B, K, W · page_size, D], position order.
+
+    pool: [layers, K, slots, D]; page_table: int32 [B, W], the row's pages in position order.
+    """
+    n_layers, kv_heads, slots, head_dim = pool.shape
+    n_pages = slots // page_size
+    pages = pool.reshape(n_layers * kv_heads * n_pages, page_size * head_dim)
+    first = (layer * kv_heads + jnp.arange(kv_heads, dtype=page_table.dtype)) * n_pages
+    rows = pages[first[None, :, None] + page_table[:, None, :]]  # [B, K, W, page_size · D]
+    return rows.reshape(page_table.shape[0], kv_heads, -1, head_dim)
+
+
+def write_kv(pool: KVPool, write_slots: jax.Array, new_k: jax.Array, new_v: jax.Array
+             ) -> KVPool:
+    """Scatters new [layers, B, T, K, D] k/v into slots [B, T] of every layer."""
+    flat = write_slots.reshape(-1)
+
+    def head_major(new):  # [layers, B, T, K, D] -> [layers, K, B·T, D]
+        n_layers, b, t, kv_heads, head_dim = new.shape
+        return new.transpose(0, 3, 1, 2, 4).reshape(n_layers, kv_heads, b * t, head_dim)
+
+    return KVPool(pool.k.at[:, :, flat].set(head_major(new_k)),
+                  pool.v.at[:, :, flat].set(head_major(new_v)))
 
 
 def _attend(q, k_ctx, v_ctx, ctx_mask, k_new, v_new, new_mask):
-    """Grouped-query attention over cached context keys plus the new tokens' own keys.
+    """Grouped-query attention over cached context keys plus the recent (unpooled) keys.
 
-    q: [B, T, K·G, D]; k_ctx, v_ctx: [B, C, K, D] with ctx_mask [B, C]; k_new, v_new:
-    [B, T, K, D] with new_mask [B, T, T]. Every query sees at least itself, so no row is empty.
+    q: [B, T, K·G, D]; k_ctx, v_ctx: [B, K, C, D] with ctx_mask [B, C] (or all None: no
+    context); k_new, v_new: [B, R, K, D] with new_mask [B, T, R]. Every query sees at least
+    itself among the recent keys, so no row is empty.
+
+    Scores are computed key-major ([B, K, keys, queries]): the keys are the dot's left operand,
+    read in place in their natural layout, and only the small query block is transposed.
     """
     b, t, heads, d = q.shape
-    kv_heads = k_ctx.shape[2]
-    q = q.reshape(b, t, kv_heads, heads // kv_heads, d)
-    s_ctx = jnp.einsum("btkgd,bckd->bkgtc", q, k_ctx, preferred_element_type=jnp.float32)
-    s_new = jnp.einsum("btkgd,bskd->bkgts", q, k_new, preferred_element_type=jnp.float32)
-    s_ctx = jnp.where(ctx_mask[:, None, None, None, :], s_ctx / math.sqrt(d), -jnp.inf)
-    s_new = jnp.where(new_mask[:, None, None], s_new / math.sqrt(d), -jnp.inf)
-    probs = jax.nn.softmax(jnp.concatenate([s_ctx, s_new], axis=-1), axis=-1)
-    p_ctx, p_new = probs[..., : k_ctx.shape[1]], probs[..., k_ctx.shape[1] :]
-    out = jnp.einsum("bkgtc,bckd->btkgd", p_ctx.astype(v_ctx.dtype), v_ctx)
-    out = out + jnp.einsum("bkgts,bskd->btkgd", p_new.astype(v_new.dtype), v_new)
-    return out.reshape(b, t, heads, d)
+    kv_heads = k_new.shape[2]
+    groups = heads // kv_heads
+    # [B, K, D, G·T]: query (g, t) is column g·T + t.
+    qh = q.reshape(b, t, kv_heads, groups, d).transpose(0, 2, 4, 3, 1).reshape(b, kv_heads, d, -1)
+    k_new = k_new.transpose(0, 2, 1, 3)  # [B, K, R, D]
+    v_new = v_new.transpose(0, 2, 1, 3)
+    scale = 1.0 / math.sqrt(d)
+    f32 = jnp.float32
+    s_new = jnp.einsum("bkrd,bkdq->bkrq", k_new, qh, preferred_element_type=f32) * scale
+    # [B, T, R] -> [B, 1, R, G·T], matching the score layout.
+    mask = jnp.broadcast_to(new_mask.transpose(0, 2, 1)[:, :, None, :], (b, k_new.shape[2],
+                                                                          groups, t))
+    s_new = jnp.where(mask.reshape(b, 1, k_new.shape[2], groups * t), s_new, -jnp.inf)
+    # The probabilities are transposed to query-major [B, K, G·T, keys] (small) before the
+    # value matmuls, so that those too read the values in their natural layout.
+    if k_ctx is None:
+        probs = jax.nn.softmax(s_new, axis=2).transpose(0, 1, 3, 2)
+        out = jnp.einsum("bkqr,bkrd->bkqd", probs.astype(v_new.dtype), v_new)
+    else:
+        s_ctx = jnp.einsum("bkcd,bkdq->bkcq", k_ctx, qh, preferred_element_type=f32) * scale
+        s_ctx = jnp.where(ctx_mask[:, None, :, None], s_ctx, -jnp.inf)
+        probs = jax.nn.softmax(jnp.concatenate([s_ctx, s_new], axis=2), axis=2)
+        probs = probs.transpose(0, 1, 3, 2)
+        c = k_ctx.shape[2]
+        out = jnp.einsum("bkqc,bkcd->bkqd", probs[..., :c].astype(v_ctx.dtype), v_ctx)
+        out = out + jnp.einsum("bkqr,bkrd->bkqd", probs[..., c:].astype(v_new.dtype), v_new)
+    # [B, K, G·T, D] -> [B, T, K·G, D]
+    out = out.reshape(b, kv_heads, groups, t, d).transpose(0, 3, 1, 2, 4)
+    return out.reshape(b, t, heads, d).astype(q.dtype)
 
 
 def cached_forward(
     cfg: ModelConfig,
-    w: Weights,
-    cache: KVCache,
+    w: SamplerWeights,
+    pool: KVPool,
+    page_size: int,
     tokens: jax.Array,
     positions: jax.Array,
-    valid: jax.Array,
-    read_slots: jax.Array,
+    page_table: jax.Array | None,
     cached_len: jax.Array,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+    new_mask: jax.Array,
+    recent: tuple[Sequence[jax.Array], Sequence[jax.Array], jax.Array] | None = None,
+) -> tuple[jax.Array, list[jax.Array], list[jax.Array]]:
     """Final hidden states of new tokens, given the cached context; the pool is only read.
+
+    Each query attends to the row's pooled context (positions < cached_len) and to a block of
+    recent keys that are not in the pool: the new tokens themselves (prefill), or, with `recent`,
+    the keys of this decode chunk's steps so far, into which the new token's k/v go first.
 
     Args:
       tokens, positions: int32 [B, T], new tokens (contiguous positions per row).
-      valid: bool [B, T], False for padding.
-      read_slots: int32 [B, C], the row's slots in position order.
-      cached_len: int32 [B], positions < cached_len are in the pool; the rest of read_slots
-        is ignored.
+      page_table: int32 [B, W], the row's pages in position order; None when no row has cached
+        context (a fresh prompt), which skips the context read altogether.
+      cached_len: int32 [B], positions < cached_len are in the pool; the rest of the pages is
+        ignored.
+      new_mask: bool [B, T, R], which recent keys (R = T, or the chunk's steps) each query sees.
+      recent: per layer, k and v [B, S, K, D] of this decode chunk's steps, and the step index
+        where the new token's (T = 1) k/v go.
     Returns:
-      hidden [B, T, D] and the new keys and values [layers, B, T, K, D] to write.
+      hidden [B, T, D], and per layer the recent keys and values: the new tokens' [B, T, K, D],
+      or the updated decode-chunk buffers.
     """
-    ctx_mask = jnp.arange(read_slots.shape[1])[None, :] < cached_len[:, None]
-    t = tokens.shape[1]
-    causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
-    new_mask = causal[None] & (valid[:, None, :] | jnp.eye(t, dtype=bool)[None])
+    ctx_mask = None
+    if page_table is not None:
+        width = page_table.shape[1] * page_size
+        ctx_mask = jnp.arange(width)[None, :] < cached_len[:, None]
 
-    def layer(x, xs):
-        p, index = xs
-        new = {}
+    x = embed_tokens(cfg, w, tokens)
+    out_k, out_v = [], []
+    for index, p in enumerate(w["layers"]):
+        p = {name: v.astype(cfg.dtype) for name, v in p.items()}
+        table = page_table
+        if table is not None and index > 0:
+            # A dependency on the previous layer's output (isnan is never true of real
+            # activations, and XLA cannot know that), so this layer's gather waits for it.
+            table = table + jnp.isnan(x[0, 0, 0]).astype(table.dtype)
 
-        def attend(q, k, v):
-            new["k"], new["v"] = k, v
-            k_ctx = cache.k[index, read_slots].astype(q.dtype)
-            v_ctx = cache.v[index, read_slots].astype(q.dtype)
+        def attend(q, k, v, index=index, table=table):
+            k, v = k.astype(pool.k.dtype), v.astype(pool.v.dtype)
+            if recent is not None:
+                side_k, side_v, step = recent
+                k = jax.lax.dynamic_update_slice_in_dim(side_k[index], k, step, axis=1)
+                v = jax.lax.dynamic_update_slice_in_dim(side_v[index], v, step, axis=1)
+            out_k.append(k)
+            out_v.append(v)
+            k, v = k.astype(q.dtype), v.astype(q.dtype)
+            if table is None:
+                return _attend(q, None, None, None, k, v, new_mask)
+            k_ctx = gather_context(pool.k, index, table, page_size).astype(q.dtype)
+            v_ctx = gather_context(pool.v, index, table, page_size).astype(q.dtype)
             return _attend(q, k_ctx, v_ctx, ctx_mask, k, v, new_mask)
 
         x = block(cfg, p, x, positions, attend)
-        return x, (new["k"].astype(cache.k.dtype), new["v"].astype(cache.v.dtype))
-
-    stacked = {k: v.astype(cfg.dtype) for k, v in w["layers"].items()}
-    layer_ids = jnp.arange(cfg.num_layers)
-    x, (new_k, new_v) = jax.lax.scan(layer, embed_tokens(cfg, w, tokens), (stacked, layer_ids))
-    return L.rms_norm(x, w["final_norm"], cfg.rms_norm_eps), new_k, new_v
-
-
-def write_kv(cache: KVCache, write_slots: jax.Array, new_k: jax.Array, new_v: jax.Array
-             ) -> KVCache:
-    """Scatters new [layers, B, T, K, D] k/v into slots [B, T] of every layer."""
-    flat = write_slots.reshape(-1)
-    n_layers = new_k.shape[0]
-    k = new_k.reshape(n_layers, flat.shape[0], *new_k.shape[3:])
-    v = new_v.reshape(n_layers, flat.shape[0], *new_v.shape[3:])
-    return KVCache(cache.k.at[:, flat].set(k), cache.v.at[:, flat].set(v))
+    return L.rms_norm(x, w["final_norm"], cfg.rms_norm_eps), out_k, out_v

@@ -59,8 +59,13 @@ def sample_tokens(
     logits = logits.astype(jnp.float32)
     greedy = temperature <= 0
     scaled = logits / jnp.where(greedy, 1.0, temperature)[:, None]
-    # log p = logit − logsumexp, as the trainer's `chunked_logprobs` computes it.
-    log_normaliser = jax.nn.logsumexp(scaled, axis=-1)
+    # log p = logit − logsumexp, as the trainer's `chunked_logprobs` computes it (max-shifted).
+    top = jnp.max(scaled, axis=-1)
+    log_normaliser = top + jnp.log(jnp.sum(jnp.exp(scaled - top[:, None]), axis=-1))
+    # Greedy rows take the first index of the maximum (argmax's choice), found with plain
+    # reductions that vectorise; XLA's CPU argmax is a slow (value, index) pair reduction.
+    vocab = jnp.arange(scaled.shape[-1], dtype=jnp.int32)
+    argmax = jnp.min(jnp.where(scaled == top[:, None], vocab, scaled.shape[-1]), axis=-1)
 
     def draw(scaled):
         truncating = jnp.any(~greedy & ((top_k > 0) | (top_p < 1)))
@@ -78,6 +83,6 @@ def sample_tokens(
     drawn = jax.lax.cond(
         jnp.all(greedy), lambda s: jnp.zeros(s.shape[0], jnp.int32), draw, scaled
     )
-    tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
+    tokens = jnp.where(greedy, jnp.minimum(argmax, scaled.shape[-1] - 1), drawn).astype(jnp.int32)
     logprobs = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0] - log_normaliser
     return tokens, logprobs

@@ -3,10 +3,13 @@
 Both are pure functions of (weights, KV pool, batch arrays) → (new pool, sampled tokens). The
 engine jits them once per shape bucket with the pool donated, so the pool is updated in place.
 
-* `prefill`: new prompt tokens [B, T] (padded to a length bucket) against the cached context,
-  writes their k/v and samples the first generated token of each row.
+* `prefill`: new prompt tokens of several requests [B, T] (one row each, padded to a length
+  bucket) against each row's cached context (or none, for fresh prompts), writes their k/v and
+  samples the first generated token of each row.
 * `decode_chunk`: `num_steps` decode steps of the whole slot batch in one `lax.scan`, sampling on
-  device and stopping rows on stop ids / token budget, so the host syncs once per chunk.
+  device and stopping rows on stop ids / token budget, so the host syncs once per chunk. The
+  pool is only read during the chunk; the chunk's own k/v live in a small per-layer buffer and
+  are written to the pool once, at the end.
 """
 
 from __future__ import annotations
@@ -18,10 +21,9 @@ import jax
 import jax.numpy as jnp
 
 from agentrl_jax.models.config import ModelConfig
-from agentrl_jax.models.decoder import KVCache
-from agentrl_jax.sampling.forward import cached_forward, output_logits, slots_of, write_kv
+from agentrl_jax.sampling.forward import KVPool, cached_forward, output_logits, write_kv
 from agentrl_jax.sampling.sample import row_keys, sample_tokens
-from agentrl_jax.sampling.weights import Weights
+from agentrl_jax.sampling.weights import SamplerWeights
 
 
 @jax.tree_util.register_dataclass
@@ -36,7 +38,9 @@ class RowParams:
     stop_ids: jax.Array  # i32 [B, S]
 
 
-def _sample(cfg: ModelConfig, w: Weights, hidden: jax.Array, rp: RowParams, positions: jax.Array):
+def _sample(
+    cfg: ModelConfig, w: SamplerWeights, hidden: jax.Array, rp: RowParams, positions: jax.Array
+):
     logits = output_logits(cfg, w, hidden)
     return sample_tokens(
         logits, rp.temperature, rp.top_k, rp.top_p, row_keys(rp.seed, positions)
@@ -45,51 +49,55 @@ def _sample(cfg: ModelConfig, w: Weights, hidden: jax.Array, rp: RowParams, posi
 
 def prefill(
     cfg: ModelConfig,
-    w: Weights,
-    cache: KVCache,
+    page_size: int,
+    w: SamplerWeights,
+    pool: KVPool,
     tokens: jax.Array,
     start: jax.Array,
     length: jax.Array,
     write_slots: jax.Array,
-    read_slots: jax.Array,
+    page_table: jax.Array | None,
     rp: RowParams,
-) -> tuple[KVCache, jax.Array, jax.Array]:
+) -> tuple[KVPool, jax.Array, jax.Array]:
     """Prefills rows of new tokens and samples the token after each row's last one.
 
     Args:
       tokens: int32 [B, T]; row b's new tokens occupy positions start[b] .. start[b]+length[b]-1.
       start: int32 [B], the number of the row's tokens already in the pool.
-      length: int32 [B], real tokens in the row (>= 1 for rows whose sample is used).
+      length: int32 [B], real tokens in the row (0 for a padding row, whose sample is unused).
       write_slots: int32 [B, T], slot of each new token (0 for padding).
-      read_slots: int32 [B, C], slots of the cached context (C >= start).
+      page_table: int32 [B, W], the row's pages (W · page_size >= start), or None when every
+        start is 0.
     Returns:
       the pool, and each row's sampled token and its log-probability.
     """
     t = tokens.shape[1]
     positions = start[:, None] + jnp.arange(t, dtype=start.dtype)[None, :]
     valid = jnp.arange(t)[None, :] < length[:, None]
+    causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
+    new_mask = causal[None] & (valid[:, None, :] | jnp.eye(t, dtype=bool)[None])
     hidden, new_k, new_v = cached_forward(
-        cfg, w, cache, tokens, positions, valid, read_slots, start
+        cfg, w, pool, page_size, tokens, positions, page_table, start, new_mask
     )
-    cache = write_kv(cache, write_slots, new_k, new_v)
+    pool = write_kv(pool, write_slots, jnp.stack(new_k), jnp.stack(new_v))
     last = jnp.take_along_axis(hidden, jnp.maximum(length - 1, 0)[:, None, None], axis=1)[:, 0]
     token, logprob = _sample(cfg, w, last, rp, start + length)
-    return cache, token, logprob
+    return pool, token, logprob
 
 
 def decode_chunk(
     cfg: ModelConfig,
     page_size: int,
     num_steps: int,
-    w: Weights,
-    cache: KVCache,
+    w: SamplerWeights,
+    pool: KVPool,
     tokens: jax.Array,
     positions: jax.Array,
     active: jax.Array,
     remaining: jax.Array,
     page_table: jax.Array,
     rp: RowParams,
-) -> tuple[KVCache, jax.Array, jax.Array, jax.Array]:
+) -> tuple[KVPool, jax.Array, jax.Array, jax.Array]:
     """Runs `num_steps` decode steps for a batch of rows.
 
     Args:
@@ -102,53 +110,67 @@ def decode_chunk(
       the pool and per step [num_steps, B]: sampled tokens, log-probabilities, and whether the
       row was active (the token counts) at that step.
     """
-    read_slots = slots_of(page_table, page_size)
-    context = read_slots.shape[1]
+    width = page_table.shape[1]
+    batch = tokens.shape[0]
+    side_shape = (batch, num_steps, cfg.num_kv_heads, cfg.head_dim)
+    side_k = tuple(jnp.zeros(side_shape, pool.k.dtype) for _ in range(cfg.num_layers))
+    side_v = tuple(jnp.zeros(side_shape, pool.v.dtype) for _ in range(cfg.num_layers))
+    first = positions  # the chunk's keys start here; the pool holds positions < first
 
-    def step(carry, _):
-        cache, tokens, positions, active, remaining = carry
-        slot = jnp.take_along_axis(read_slots, jnp.minimum(positions, context - 1)[:, None], 1)
-        write = jnp.where(active[:, None], slot, 0)
-        hidden, new_k, new_v = cached_forward(
-            cfg, w, cache, tokens[:, None], positions[:, None], active[:, None], read_slots,
-            positions,
+    def step(carry, i):
+        side_k, side_v, tokens, positions, active, remaining, emitted = carry
+        # This step's key is recent key i, always visible (so no row, even an inactive one,
+        # attends to nothing: that would be NaN); earlier steps' keys where the row was active.
+        emitted = emitted.at[:, i].set(active)
+        steps = jnp.arange(num_steps)[None, :]
+        new_mask = ((emitted & (steps < i)) | (steps == i))[:, None, :]
+        hidden, side_k, side_v = cached_forward(
+            cfg, w, pool, page_size, tokens[:, None], positions[:, None], page_table, first,
+            new_mask, recent=(side_k, side_v, i),
         )
-        cache = write_kv(cache, write, new_k, new_v)
         new_tokens, logprobs = _sample(cfg, w, hidden[:, 0], rp, positions + 1)
         stopped = jnp.any(new_tokens[:, None] == rp.stop_ids, axis=-1)
         remaining = remaining - active.astype(remaining.dtype)
-        out = (new_tokens, logprobs, active)
+        out = (new_tokens, logprobs)
         tokens = jnp.where(active, new_tokens, tokens)
         positions = positions + active.astype(positions.dtype)
         active = active & ~stopped & (remaining > 0)
-        return (cache, tokens, positions, active, remaining), out
+        carry = (tuple(side_k), tuple(side_v), tokens, positions, active, remaining, emitted)
+        return carry, out
 
-    init = (cache, tokens, positions, active, remaining)
-    (cache, *_), (out_tokens, out_logprobs, emitted) = jax.lax.scan(
-        step, init, None, length=num_steps
+    emitted = jnp.zeros((batch, num_steps), bool)
+    init = (side_k, side_v, tokens, positions, active, remaining, emitted)
+    (side_k, side_v, *_, emitted), (out_tokens, out_logprobs) = jax.lax.scan(
+        step, init, jnp.arange(num_steps)
     )
-    return cache, out_tokens, out_logprobs, emitted
+    # The chunk's keys go into the pool in one scatter: step i of row b is position first[b] + i
+    # (a row's active steps are a prefix); inactive steps write to the scratch slot.
+    pos = jnp.minimum(first[:, None] + jnp.arange(num_steps)[None, :], width * page_size - 1)
+    page = jnp.take_along_axis(page_table, pos // page_size, axis=1)
+    write = jnp.where(emitted, page * page_size + pos % page_size, 0)
+    pool = write_kv(pool, write, jnp.stack(side_k), jnp.stack(side_v))
+    return pool, out_tokens, out_logprobs, emitted.T
 
 
 @functools.lru_cache(maxsize=16)
-def compile_steps(cfg: ModelConfig, page_size: int, num_steps: int, cache_sharding=None):
+def compile_steps(cfg: ModelConfig, page_size: int, num_steps: int, pool_sharding=None):
     """The jitted (prefill, decode_chunk), pool donated, pool sharding pinned on a mesh.
 
     Cached, so engines of the same model shape (e.g. re-created ones) share compilations.
     """
 
-    def pin(cache: KVCache) -> KVCache:
-        if cache_sharding is None:
-            return cache
-        return jax.lax.with_sharding_constraint(cache, cache_sharding)
+    def pin(pool: KVPool) -> KVPool:
+        if pool_sharding is None:
+            return pool
+        return jax.lax.with_sharding_constraint(pool, pool_sharding)
 
-    def prefill_fn(w, cache, *args):
-        cache, token, logprob = prefill(cfg, w, cache, *args)
-        return pin(cache), token, logprob
+    def prefill_fn(w, pool, *args):
+        pool, token, logprob = prefill(cfg, page_size, w, pool, *args)
+        return pin(pool), token, logprob
 
-    def decode_fn(w, cache, *args):
-        cache, *out = decode_chunk(cfg, page_size, num_steps, w, cache, *args)
-        return pin(cache), *out
+    def decode_fn(w, pool, *args):
+        pool, *out = decode_chunk(cfg, page_size, num_steps, w, pool, *args)
+        return pin(pool), *out
 
     jit = functools.partial(jax.jit, donate_argnums=(1,))
     return jit(prefill_fn), jit(decode_fn)

@@ -1,8 +1,17 @@
-"""The sampler's view of a policy's parameters: a flat pytree placed on the sampler mesh.
+"""The sampler's view of a policy's parameters: flat pytrees placed on the sampler mesh.
+
+Two layouts:
+  * `Weights` (what `weights_of` returns, what weight sync and callers hand the engine): the
+    decoder's arrays, layer parameters stacked as [layers, ...];
+  * `SamplerWeights` (what the compiled steps read): the same, with the layers split into one
+    dict of arrays per layer. The sampler unrolls its layers over these, so a layer's matmuls
+    read its weights in place; slicing a stacked array inside a layer scan makes XLA copy the
+    slice first, which at decode (memory-bound) would double the weight traffic.
 
 The engine's compiled steps take the weights as an argument, so swapping in new weights of the
 same shapes, dtypes and shardings never recompiles. Weights arriving from the trainer (any
-sharding) are resharded onto the sampler's shardings with one `jax.device_put`.
+sharding) are resharded onto the sampler's shardings with one `jax.device_put`, then split by a
+jitted function (compiled once per engine).
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
 
 Weights = dict[str, Any]  # {"embed", "final_norm", "layers": {name: [L, ...]}, ["lm_head"]}
+# {"embed", "final_norm", "layers": ({name: array}, ...) one dict per layer, ["lm_head"]}
+SamplerWeights = dict[str, Any]
 
 
 def _variables(model: Decoder) -> dict[str, Any]:
@@ -54,6 +65,26 @@ def weight_shardings(
     )
 
 
+def split_layers(weights: Weights) -> SamplerWeights:
+    """The sampler layout of `weights`: the stacked layer parameters split per layer."""
+    stacked = weights["layers"]
+    n_layers = next(iter(stacked.values())).shape[0]
+    layers = tuple({name: v[i] for name, v in stacked.items()} for i in range(n_layers))
+    return {**weights, "layers": layers}
+
+
+def split_shardings(shardings: Any, num_layers: int) -> Any:
+    """`split_layers` applied to the NamedShardings of `Weights` (the layer axis dropped)."""
+    if shardings is None:
+        return None
+
+    def drop_layer_axis(s: NamedSharding) -> NamedSharding:
+        return NamedSharding(s.mesh, PartitionSpec(*tuple(s.spec)[1:]))
+
+    per_layer = {name: drop_layer_axis(s) for name, s in shardings["layers"].items()}
+    return {**shardings, "layers": tuple(dict(per_layer) for _ in range(num_layers))}
+
+
 def replicated(mesh: Mesh | None) -> NamedSharding | None:
     return None if mesh is None else NamedSharding(mesh, PartitionSpec())
 
@@ -68,7 +99,7 @@ class PolicyWeights:
 
     name: str
     version: int
-    weights: Weights
+    weights: SamplerWeights
 
     @property
     def tag(self) -> tuple[str, int]:

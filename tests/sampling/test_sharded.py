@@ -18,7 +18,7 @@ def test_tensor_parallel_engine_equals_unsharded():
 
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("fsdp", "tensor"))
     engine = SamplingEngine(model, TINY_ENGINE, mesh=mesh)
-    assert engine._cache.k.sharding.spec[2] == "tensor"  # kv heads split over the tensor axis
+    assert engine._cache.k.sharding.spec[1] == "tensor"  # kv heads split over the tensor axis
     sharded = engine.generate(requests)
     for a, b in zip(plain, sharded, strict=True):
         assert a.tokens == b.tokens
