@@ -46,18 +46,18 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
     c.sft.cache_dir = ""  # warm-started policies by config hash; "" = the agentrl_jax cache
 
     c.rl = rl_stage.default_config()
-    c.rl.pipeline.update(steps=20, groups_per_step=4, group_size=4, rollout_workers=8,
+    c.rl.pipeline.update(steps=12, groups_per_step=4, group_size=4, rollout_workers=8,
                          max_staleness=2, stale_policy_ratio=0.25, stale_every=10)
     c.rl.trainer.optimizer.update(learning_rate=3e-4, max_grad_norm=1.0)
     c.rl.trainer.seq_buckets = (512, 1024, 2048, 4096)
     c.rl.trainer.tokens_per_micro = 8192
-    c.rl.limits.update(max_turns=12, max_context_tokens=4096, max_new_tokens=160)
+    c.rl.limits.update(max_turns=8, max_context_tokens=4096, max_new_tokens=128)
     c.rl.engine.update(max_batch=32, num_pages=2048, max_context=4096,
                        prefill_buckets=(128, 512, 2048), context_buckets=(1024, 2048),
                        batch_buckets=(4, 8, 16))
     c.rl.checkpoint.every = 5
 
-    c.eval = dict(per_task=20, runs=1, concurrency=32, before_rl=True)
+    c.eval = dict(per_task=10, runs=1, concurrency=32, before_rl=True)
 
     if mode == "fast":  # every stage, a few seconds each: what CI runs
         c.run_dir = "runs/local_fast"
