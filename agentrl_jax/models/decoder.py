@@ -46,6 +46,11 @@ class KVCache:
         return self.k.shape[1]
 
 
+# Query block of the training attention (`layers.block_causal_attention`): smaller blocks skip
+# more of the masked upper triangle but run more, smaller matmuls.
+ATTENTION_BLOCK = 128
+
+
 # name -> (shape builder, logical axes, initialiser); the leading "layers" axis is added below.
 def _layer_param_specs(cfg: ModelConfig) -> dict:
     d, i = cfg.hidden_size, cfg.intermediate_size
@@ -94,7 +99,11 @@ class DecoderLayers(nnx.Module):
 
 def block(cfg: ModelConfig, p: dict, x: jax.Array, positions: jax.Array, attend) -> jax.Array:
     """One pre-norm block; `attend(q, k, v)` supplies the attention over whatever keys apply."""
-    b, t, _ = x.shape
+    b, t, d = x.shape
+    # The projections run on [B·T, D]: with a [B, T, D] operand each weight gradient contracts
+    # over two axes, which XLA CPU lowers to a transposed copy of the (large) output gradient
+    # before the matmul; over one axis it is a single matmul.
+    x = x.reshape(b * t, d)
     h = L.rms_norm(x, p["input_norm"], cfg.rms_norm_eps)
     q, k, v = h @ p["q_proj"], h @ p["k_proj"], h @ p["v_proj"]
     if cfg.qkv_bias:
@@ -102,7 +111,7 @@ def block(cfg: ModelConfig, p: dict, x: jax.Array, positions: jax.Array, attend)
     q = L.apply_rope(q.reshape(b, t, cfg.num_heads, cfg.head_dim), positions, cfg)
     k = L.apply_rope(k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim), positions, cfg)
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-    attn = attend(q, k, v).reshape(b, t, cfg.q_dim) @ p["o_proj"]
+    attn = attend(q, k, v).reshape(b * t, cfg.q_dim) @ p["o_proj"]
     if cfg.sandwich_norms:
         attn = L.rms_norm(attn, p["post_attn_norm"], cfg.rms_norm_eps)
     x = x + attn
@@ -110,7 +119,7 @@ def block(cfg: ModelConfig, p: dict, x: jax.Array, positions: jax.Array, attend)
     mlp = (jax.nn.silu(h @ p["gate_proj"]) * (h @ p["up_proj"])) @ p["down_proj"]
     if cfg.sandwich_norms:
         mlp = L.rms_norm(mlp, p["post_mlp_norm"], cfg.rms_norm_eps)
-    return x + mlp
+    return (x + mlp).reshape(b, t, d)
 
 
 class Decoder(nnx.Module):
@@ -164,14 +173,19 @@ class Decoder(nnx.Module):
 
         Args:
           tokens, positions, segment_ids: int32 [B, T]. Tokens attend causally (by position)
-            to tokens of the same nonzero segment; segment 0 is padding.
+            to tokens of the same nonzero segment; segment 0 is padding. A segment's tokens
+            must appear in position order (as packing and left/right padding lay them out):
+            keys after a query's own index are never looked at.
           remat: recompute each block in the backward pass instead of storing activations.
         """
         cfg = self.cfg
-        mask = L.segment_causal_mask(segment_ids, positions)
+        masks = L.segment_causal_block_masks(segment_ids, positions, ATTENTION_BLOCK)
+
+        def attend(q, k, v):
+            return L.block_causal_attention(q, k, v, masks)
 
         def body(x, p):
-            return block(cfg, p, x, positions, lambda q, k, v: L.attention(q, k, v, mask)), None
+            return block(cfg, p, x, positions, attend), None
 
         if remat:
             body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)

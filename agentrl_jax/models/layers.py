@@ -84,6 +84,69 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
     return out.reshape(b, t, heads, d)
 
 
+# Score of a masked key: finite, so a row with no allowed key (padding) stays NaN-free, and far
+# enough below any real score that exp() of it is exactly 0 next to one.
+_MASKED = -0.7 * float(np.finfo(np.float32).max)
+
+
+def query_blocks(length: int, block: int) -> list[tuple[int, int]]:
+    """[lo, hi) bounds of consecutive query blocks of at most `block` tokens covering `length`."""
+    return [(lo, min(lo + block, length)) for lo in range(0, length, block)]
+
+
+def segment_causal_block_masks(
+    segment_ids: jax.Array, positions: jax.Array, block: int
+) -> list[jax.Array]:
+    """Masks of `block_causal_attention`: for query block [lo, hi), [B, hi - lo, hi] bool.
+
+    Query t may attend to key s < hi when both are in the same nonzero segment and key position
+    ≤ query position (`segment_causal_mask` restricted to keys up to the block's end).
+    """
+    masks = []
+    for lo, hi in query_blocks(segment_ids.shape[1], block):
+        seg_q, seg_k = segment_ids[:, lo:hi, None], segment_ids[:, None, :hi]
+        causal = positions[:, None, :hi] <= positions[:, lo:hi, None]
+        masks.append((seg_q == seg_k) & (seg_q != 0) & causal)
+    return masks
+
+
+def block_causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, masks: list[jax.Array]
+) -> jax.Array:
+    """Self-attention (as `attention`) that skips the key blocks after each query block.
+
+    Query block [lo, hi) only scores keys [0, hi): the keys after it are masked anyway when a
+    segment's tokens appear in position order (the packing and padding conventions), so about
+    half of the T × T scores, their softmax and their gradients are never computed.
+
+    Args:
+      q: [B, T, K·G, D] queries; k, v: [B, T, K, D] keys and values of the same tokens.
+      masks: `segment_causal_block_masks(segment_ids, positions, block)`.
+    Returns:
+      [B, T, K·G, D] in q's dtype; rows with no allowed key (padding) come out as zeros.
+    """
+    b, t, heads, d = q.shape
+    kv_heads = k.shape[2]
+    # Head-major layouts, so every block's two matmuls are plain batched matmuls over (B, K).
+    q = (q * (1.0 / math.sqrt(d))).reshape(b, t, kv_heads, heads // kv_heads, d)
+    q = q.transpose(0, 2, 3, 1, 4)  # [B, K, G, T, D]
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, D]
+    block = masks[0].shape[1]
+    outs = []
+    for (lo, hi), mask in zip(query_blocks(t, block), masks, strict=True):
+        scores = jnp.einsum(
+            "bkgtd,bksd->bkgts", q[:, :, :, lo:hi], k[:, :, :hi],
+            preferred_element_type=jnp.float32,
+        )
+        scores = jnp.where(mask[:, None, None], scores, _MASKED)
+        probs = jax.nn.softmax(scores, axis=-1)
+        # A row with no allowed key came out uniform over masked keys; zero it.
+        probs = jnp.where(jnp.any(mask, axis=-1)[:, None, None, :, None], probs, 0.0)
+        outs.append(jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v[:, :, :hi]))
+    out = jnp.concatenate(outs, axis=3) if len(outs) > 1 else outs[0]
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, heads, d)
+
+
 def segment_causal_mask(segment_ids: jax.Array, positions: jax.Array) -> jax.Array:
     """[B, T, T] mask for packed sequences: same nonzero segment and key position ≤ query's."""
     same = segment_ids[:, :, None] == segment_ids[:, None, :]

@@ -166,7 +166,7 @@ class Trainer:
         return token_logprobs(
             model, batch.tokens, batch.positions, batch.segment_ids, batch.targets,
             temperature=self.config.temperature, chunk_size=self.config.logprob_chunk,
-            remat=self.config.remat,
+            remat=self.config.remat, entropy_grad=bool(self.config.loss.entropy_coef),
         )
 
     def _micro_loss(self, params, batch: TrainBatch, num_tokens, ref_params):

@@ -66,6 +66,35 @@ def test_chunked_logprobs_gradient_equals_full():
         np.testing.assert_allclose(g_chunk, g_full, atol=1e-5)
 
 
+def test_chunked_logprobs_vocab_major_and_entropy_grad_options():
+    """A [V, D] (tied) projection gives the [D, V] results; entropy_grad=False only drops the
+    entropy's gradient."""
+    hidden = jax.random.normal(jax.random.key(0), (2, 10, 8))
+    w = jax.random.normal(jax.random.key(1), (8, 32))
+    targets = jax.random.randint(jax.random.key(2), (2, 10), 0, 32)
+
+    def loss(h, w, **kw):
+        logp, ent = chunked_logprobs(h, w, targets, chunk_size=3, **kw)
+        return logp.sum() + 0.1 * ent.sum(), (logp, ent)
+
+    (_, want), want_g = jax.value_and_grad(loss, (0, 1), has_aux=True)(hidden, w)
+    (_, got), got_g = jax.value_and_grad(
+        lambda h, wt: loss(h, wt, vocab_major=True), (0, 1), has_aux=True)(hidden, w.T)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_allclose(got_g[0], want_g[0], atol=1e-5)
+    np.testing.assert_allclose(got_g[1].T, want_g[1], atol=1e-5)
+
+    (_, no_ent), no_ent_g = jax.value_and_grad(
+        lambda h, w: loss(h, w, entropy_grad=False), (0, 1), has_aux=True)(hidden, w)
+    logp_only = jax.grad(lambda h, w: chunked_logprobs(h, w, targets, chunk_size=3)[0].sum(),
+                         (0, 1))(hidden, w)
+    for a, b in zip(no_ent, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    for a, b in zip(no_ent_g, logp_only, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def test_paged_cache_prefill_then_decode_equals_full_forward(family):
     """Prefill in two chunks into scattered pages, then decode token by token."""
     model = _model(family)
