@@ -98,6 +98,8 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self):
+        if not self.prefill_batch_buckets or min(self.prefill_batch_buckets) < 1:
+            raise ValueError(f"bad prefill_batch_buckets {self.prefill_batch_buckets!r}")
         if self.in_flight not in ("finish", "abort"):
             raise ValueError(f"in_flight must be 'finish' or 'abort', got {self.in_flight!r}")
         for width in (*self.context_buckets, self.max_context):
@@ -111,8 +113,9 @@ class EngineConfig:
         return tuple(sorted(set(self.prefill_buckets))), tuple(ctx), tuple(batch)
 
     def prefill_rows(self) -> tuple[int, ...]:
-        """Row buckets of a prefill call, sorted and capped at max_batch."""
-        return tuple(sorted({min(r, self.max_batch) for r in self.prefill_batch_buckets} | {1}))
+        """Row buckets of a prefill call, sorted and capped at max_batch (fewer waiting prompts
+        than the smallest bucket are padded with empty rows)."""
+        return tuple(sorted({min(r, self.max_batch) for r in self.prefill_batch_buckets}))
 
 
 def _bucket(buckets: Sequence[int], n: int) -> int:
@@ -388,6 +391,7 @@ class SamplingEngine:
         row_params = self._row_params([turn for turn, _, _ in chunks], rows)
         args = self._put((tokens, start, length, write, table, row_params))
         self._cache, token, logprob = self._prefill(weights, self._cache, *args)
+        self.stats["prefill_calls"] += 1
         return token, logprob
 
     def _admit(self, turn: _Turn, pending: int) -> bool:

@@ -101,40 +101,48 @@ def write_kv(pool: KVPool, write_slots: jax.Array, new_k: jax.Array, new_v: jax.
                   pool.v.at[:, :, flat].set(head_major(new_v)))
 
 
+def _scores(keys: jax.Array, queries: jax.Array) -> jax.Array:
+    """Query-major scores [B, K, Q, N] of keys [B, K, N, D] and queries [B, K, Q, D].
+
+    The dot is arranged so that the larger of the two operands is read in its natural layout
+    (XLA transposes the other one first): the keys when there are few queries (decode), the
+    queries when there are many (prefill). Either way the result is transposed to query-major
+    only when that is the small side.
+    """
+    f32 = jnp.float32
+    if queries.shape[2] <= keys.shape[3]:  # few queries: keys on the left, untransposed
+        s = jnp.einsum("bknd,bkqd->bknq", keys, queries, preferred_element_type=f32)
+        return s.transpose(0, 1, 3, 2)
+    return jnp.einsum("bkqd,bknd->bkqn", queries, keys, preferred_element_type=f32)
+
+
 def _attend(q, k_ctx, v_ctx, ctx_mask, k_new, v_new, new_mask):
     """Grouped-query attention over cached context keys plus the recent (unpooled) keys.
 
     q: [B, T, K·G, D]; k_ctx, v_ctx: [B, K, C, D] with ctx_mask [B, C] (or all None: no
     context); k_new, v_new: [B, R, K, D] with new_mask [B, T, R]. Every query sees at least
-    itself among the recent keys, so no row is empty.
-
-    Scores are computed key-major ([B, K, keys, queries]): the keys are the dot's left operand,
-    read in place in their natural layout, and only the small query block is transposed.
+    itself among the recent keys, so no row is empty. Works per kv head on [B, K, G·T, ...]
+    blocks (query (g, t) is row g·T + t), so the context, the largest operand, is read in the
+    layout it was gathered in.
     """
     b, t, heads, d = q.shape
     kv_heads = k_new.shape[2]
     groups = heads // kv_heads
-    # [B, K, D, G·T]: query (g, t) is column g·T + t.
-    qh = q.reshape(b, t, kv_heads, groups, d).transpose(0, 2, 4, 3, 1).reshape(b, kv_heads, d, -1)
+    qq = q.reshape(b, t, kv_heads, groups, d).transpose(0, 2, 3, 1, 4)
+    qq = qq.reshape(b, kv_heads, groups * t, d)
     k_new = k_new.transpose(0, 2, 1, 3)  # [B, K, R, D]
     v_new = v_new.transpose(0, 2, 1, 3)
     scale = 1.0 / math.sqrt(d)
-    f32 = jnp.float32
-    s_new = jnp.einsum("bkrd,bkdq->bkrq", k_new, qh, preferred_element_type=f32) * scale
-    # [B, T, R] -> [B, 1, R, G·T], matching the score layout.
-    mask = jnp.broadcast_to(new_mask.transpose(0, 2, 1)[:, :, None, :], (b, k_new.shape[2],
-                                                                          groups, t))
-    s_new = jnp.where(mask.reshape(b, 1, k_new.shape[2], groups * t), s_new, -jnp.inf)
-    # The probabilities are transposed to query-major [B, K, G·T, keys] (small) before the
-    # value matmuls, so that those too read the values in their natural layout.
+    s_new = _scores(k_new, qq) * scale
+    mask = jnp.broadcast_to(new_mask[:, None], (b, groups, t, new_mask.shape[2]))
+    s_new = jnp.where(mask.reshape(b, 1, groups * t, -1), s_new, -jnp.inf)
     if k_ctx is None:
-        probs = jax.nn.softmax(s_new, axis=2).transpose(0, 1, 3, 2)
+        probs = jax.nn.softmax(s_new, axis=-1)
         out = jnp.einsum("bkqr,bkrd->bkqd", probs.astype(v_new.dtype), v_new)
     else:
-        s_ctx = jnp.einsum("bkcd,bkdq->bkcq", k_ctx, qh, preferred_element_type=f32) * scale
-        s_ctx = jnp.where(ctx_mask[:, None, :, None], s_ctx, -jnp.inf)
-        probs = jax.nn.softmax(jnp.concatenate([s_ctx, s_new], axis=2), axis=2)
-        probs = probs.transpose(0, 1, 3, 2)
+        s_ctx = _scores(k_ctx, qq) * scale
+        s_ctx = jnp.where(ctx_mask[:, None, None, :], s_ctx, -jnp.inf)
+        probs = jax.nn.softmax(jnp.concatenate([s_ctx, s_new], axis=-1), axis=-1)
         c = k_ctx.shape[2]
         out = jnp.einsum("bkqc,bkcd->bkqd", probs[..., :c].astype(v_ctx.dtype), v_ctx)
         out = out + jnp.einsum("bkqr,bkrd->bkqd", probs[..., c:].astype(v_new.dtype), v_new)

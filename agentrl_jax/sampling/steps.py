@@ -79,6 +79,10 @@ def prefill(
     hidden, new_k, new_v = cached_forward(
         cfg, w, pool, page_size, tokens, positions, page_table, start, new_mask
     )
+    # The scatter must follow every layer's context read, or XLA copies the whole pool to keep
+    # the old values for late reads; a dependency on `hidden` (isnan: never true, not foldable)
+    # orders it after them.
+    write_slots = write_slots + jnp.isnan(hidden[0, 0, 0]).astype(write_slots.dtype)
     pool = write_kv(pool, write_slots, jnp.stack(new_k), jnp.stack(new_v))
     last = jnp.take_along_axis(hidden, jnp.maximum(length - 1, 0)[:, None, None], axis=1)[:, 0]
     token, logprob = _sample(cfg, w, last, rp, start + length)

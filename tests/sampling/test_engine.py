@@ -96,6 +96,26 @@ def test_continuous_batching_admits_into_freed_slots(llama):
         assert result.tokens == reference_greedy(llama, request.prompt, len(result.tokens))
 
 
+def test_waiting_prompts_are_prefilled_together(llama):
+    # 4 fresh prompts (one prefill chunk each) fill the 4-row prefill bucket: one device call.
+    # Then turns continuing 3 of them (cached context) and one new prompt: one call for the
+    # continuations, one for the fresh prompt. Outputs equal the reference either way.
+    engine = make_engine(llama)
+    prompts = [random_prompt(5 + i, i) for i in range(4)]
+    first = engine.generate([GenerateRequest(p, GREEDY, session_id=f"s{i}")
+                             for i, p in enumerate(prompts)])
+    assert engine.stats["prefill_calls"] == 1
+    streams = [p + r.tokens + random_prompt(3, 10 + i)
+               for i, (p, r) in enumerate(zip(prompts[:3], first[:3], strict=True))]
+    fresh = random_prompt(7, 99)
+    second = engine.generate([GenerateRequest(s, GREEDY, session_id=f"s{i}")
+                              for i, s in enumerate(streams)] + [GenerateRequest(fresh, GREEDY)])
+    assert engine.stats["prefill_calls"] == 3
+    assert all(r.num_reused_tokens > 0 for r in second[:3])
+    for prompt, result in zip([*prompts, *streams, fresh], first + second, strict=True):
+        assert result.tokens == reference_greedy(llama, prompt, 10)
+
+
 def _episode(engine, session_id, turns=4, policy="current", seed=0):
     """A multi-turn episode: each turn appends 5 'environment' tokens to the whole stream."""
     rng = np.random.default_rng(seed)
