@@ -26,6 +26,7 @@ import torch
 import transformers
 from flax import nnx
 
+from agentrl_jax.models import logprobs
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel.mesh import make_mesh
@@ -75,6 +76,55 @@ def _seconds(fn) -> float:
 
 def ours(cfg: ModelConfig, batch: int, length: int, args):
     """A jitted step closure (returns after the update has landed) for our trainer."""
+    trainer, state, mb = _trainer(cfg, batch, length, args)
+    box = {"state": state}
+
+    def step():
+        box["state"], metrics = trainer.step(box["state"], [mb], float(batch * length))
+        return metrics  # floats: the step has finished
+
+    return step
+
+
+def components(cfg: ModelConfig, batch: int, length: int, args, repeats: int = 3) -> dict:
+    """Best-of seconds of the step's parts: forward (log-probs), forward + backward (gradients),
+    the optimizer update, and the LM head + log-probs alone (forward + backward)."""
+    trainer, state, mb = _trainer(cfg, batch, length, args)
+    grads, _ = trainer.gradients(state.params, [mb], float(batch * length))
+    box = {"state": state}
+
+    def apply():
+        box["state"], m = trainer._apply(box["state"], grads)
+        jax.block_until_ready(m)
+
+    rng = np.random.default_rng(1)
+    hidden = jnp.asarray(rng.standard_normal((batch, length, cfg.hidden_size), np.float32))
+    targets = jnp.asarray(mb.targets)
+    tied = cfg.tie_word_embeddings
+    head = jax.jit(jax.grad(
+        lambda h, w: logprobs.chunked_logprobs(
+            h, w, targets, chunk_size=args.chunk, vocab_major=tied, entropy_grad=False
+        )[0].sum(), (0, 1),
+    ))
+    parts = {
+        "forward": lambda: jax.block_until_ready(trainer.logprobs(box["state"].params, mb)),
+        "forward_backward": lambda: jax.block_until_ready(
+            trainer.gradients(box["state"].params, [mb], float(batch * length))
+        ),
+        "optimizer": apply,
+        "lm_head_forward_backward": lambda: jax.block_until_ready(head(
+            hidden, box["state"].params["embed" if tied else "lm_head"]
+        )),
+    }
+    out = {}
+    for name, fn in parts.items():
+        fn()
+        out[f"{name}_s"] = min(_seconds(fn) for _ in range(repeats))
+    return out
+
+
+def _trainer(cfg: ModelConfig, batch: int, length: int, args):
+    """Our trainer, its initial state and one random micro-batch of batch × length tokens."""
     c = ts.default_config()
     c.remat = args.remat
     c.logprob_chunk = args.chunk
@@ -95,13 +145,7 @@ def ours(cfg: ModelConfig, batch: int, length: int, args):
         advantages=rng.standard_normal(shape).astype(np.float32),
         behaviour_logprobs=np.full(shape, -np.log(cfg.vocab_size), np.float32),
     )
-    box = {"state": state}
-
-    def step():
-        box["state"], metrics = trainer.step(box["state"], [mb], float(batch * length))
-        return metrics  # floats: the step has finished
-
-    return step
+    return trainer, state, mb
 
 
 def hf_torch(cfg: ModelConfig, batch: int, length: int):
@@ -166,10 +210,14 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=256, help="log-prob sequence chunk")
     parser.add_argument("--remat", action="store_true")
     parser.add_argument("--skip_tiny", action="store_true")
+    parser.add_argument("--components", action="store_true",
+                        help="also time forward, backward, optimizer and LM head separately")
     args = parser.parse_args()
 
     peak_before = matmul_peak()
     smol = measure(SMOLLM2_135M, args.batch, args.length, args)
+    if args.components:
+        smol["components"] = components(SMOLLM2_135M, args.batch, args.length, args)
     tiny = None if args.skip_tiny else measure(TINY, args.batch, args.length, args)
     peak_after = matmul_peak()
     # The peak is the best the machine showed during the run (before or after the models).
