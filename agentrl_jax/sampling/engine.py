@@ -182,7 +182,7 @@ class SamplingEngine:
         )
         self._prefill_rows = config.prefill_rows()
         cache_sharding = None
-        cache = KVPool.zeros(self.cfg, config.num_pages * config.page_size)
+        cache = KVPool.zeros(self.cfg, config.num_pages * config.page_size, config.page_size)
         if mesh is not None:
             spec = sharding_lib.logical_to_spec(POOL_AXES, rules, mesh, cache.k.shape)
             cache_sharding = NamedSharding(mesh, spec)
