@@ -97,8 +97,14 @@ class DecoderLayers(nnx.Module):
         return {name: getattr(self, name)[...] for name in self.names}
 
 
-def block(cfg: ModelConfig, p: dict, x: jax.Array, positions: jax.Array, attend) -> jax.Array:
-    """One pre-norm block; `attend(q, k, v)` supplies the attention over whatever keys apply."""
+def block(
+    cfg: ModelConfig, p: dict, x: jax.Array, positions: jax.Array | None, attend, rope=None
+) -> jax.Array:
+    """One pre-norm block; `attend(q, k, v)` supplies the attention over whatever keys apply.
+
+    `rope`: the rotary tables `layers.rope_tables(positions, cfg)`, computed once for a stack of
+    blocks (then `positions` is not used).
+    """
     b, t, d = x.shape
     # The projections run on [B·T, D]: with a [B, T, D] operand each weight gradient contracts
     # over two axes, which XLA CPU lowers to a transposed copy of the (large) output gradient
@@ -108,8 +114,8 @@ def block(cfg: ModelConfig, p: dict, x: jax.Array, positions: jax.Array, attend)
     q, k, v = h @ p["q_proj"], h @ p["k_proj"], h @ p["v_proj"]
     if cfg.qkv_bias:
         q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
-    q = L.apply_rope(q.reshape(b, t, cfg.num_heads, cfg.head_dim), positions, cfg)
-    k = L.apply_rope(k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim), positions, cfg)
+    q = L.apply_rope(q.reshape(b, t, cfg.num_heads, cfg.head_dim), positions, cfg, rope)
+    k = L.apply_rope(k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim), positions, cfg, rope)
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     attn = attend(q, k, v).reshape(b * t, cfg.q_dim) @ p["o_proj"]
     if cfg.sandwich_norms:
@@ -181,12 +187,13 @@ class Decoder(nnx.Module):
         """
         cfg = self.cfg
         masks = L.segment_causal_block_masks(segment_ids, positions, ATTENTION_BLOCK)
+        rope = L.rope_tables(positions, cfg)
 
         def attend(q, k, v):
             return L.block_causal_attention(q, k, v, masks)
 
         def body(x, p):
-            return block(cfg, p, x, positions, attend), None
+            return block(cfg, p, x, None, attend, rope), None
 
         # The backward pass keeps only the projections' outputs (matmuls without batch axes) and
         # recomputes norms, rotary, attention and activations from them: on CPU writing and
@@ -228,6 +235,7 @@ class Decoder(nnx.Module):
         """
         cfg = self.cfg
         mask = L.context_mask(positions, read_slots.shape[1])
+        rope = L.rope_tables(positions, cfg)
         flat_write = write_slots.reshape(-1)
 
         def body(carry, xs):
@@ -243,7 +251,7 @@ class Decoder(nnx.Module):
                 values = nv[read_slots].astype(q.dtype)
                 return L.attention(q, keys, values, mask)
 
-            x = block(cfg, p, x, positions, attend)
+            x = block(cfg, p, x, None, attend, rope)
             ck = jax.lax.dynamic_update_index_in_dim(ck, new_kv["k"], layer, axis=0)
             cv = jax.lax.dynamic_update_index_in_dim(cv, new_kv["v"], layer, axis=0)
             return (x, ck, cv), None

@@ -39,16 +39,31 @@ def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
     return inv_freq.astype(np.float32)
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> jax.Array:
+def rope_tables(positions: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
+    """(cos, sin) of the rotary angles at `positions` [B, T]: fp32 [B, T, 1, rotary_dim / 2].
+
+    A stack of layers can compute them once and hand them to every layer's `apply_rope`:
+    computed inside a layer, XLA fuses the cos/sin into the rotation and evaluates them per
+    element of [B, T, heads, dim], in every layer and again in the backward pass.
+    """
+    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(rope_inv_freq(cfg))
+    return jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+
+
+def apply_rope(
+    x: jax.Array,
+    positions: jax.Array | None,
+    cfg: ModelConfig,
+    tables: tuple[jax.Array, jax.Array] | None = None,
+) -> jax.Array:
     """Rotates the first `rotary_dim` dims of each head of x [B, T, H, D] by position.
 
     Llama/Qwen2 rotate the two halves (x_i, x_{i+d/2}) together; GLM-4 rotates adjacent pairs
-    (x_{2i}, x_{2i+1}) and leaves the dims past `rotary_dim` untouched.
+    (x_{2i}, x_{2i+1}) and leaves the dims past `rotary_dim` untouched. `tables`, when given,
+    are `rope_tables(positions, cfg)` (and `positions` is not used).
     """
     dim = cfg.rotary_dim
-    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(rope_inv_freq(cfg))
-    cos = jnp.cos(angles)[:, :, None, :]  # [B, T, 1, dim/2]
-    sin = jnp.sin(angles)[:, :, None, :]
+    cos, sin = tables if tables is not None else rope_tables(positions, cfg)
     rot, passthrough = x[..., :dim].astype(jnp.float32), x[..., dim:]
     if cfg.interleaved_rotary:
         even, odd = rot[..., 0::2], rot[..., 1::2]
