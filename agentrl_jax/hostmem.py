@@ -1,0 +1,48 @@
+"""Keep freed host memory in the process (glibc), so XLA CPU buffers are not page-faulted anew.
+
+XLA on CPU allocates every execution's buffers (temporaries, outputs) with malloc and frees them
+when it returns. glibc serves large blocks with mmap, or from per-thread arenas that it trims,
+and hands them back to the kernel on free; the next execution then page-faults and zeroes all
+of them again. A SmolLM2-135M train step (batch 4 × 512, fp32) touched ~4.4 GB of fresh pages
+that way: 1.1M page faults and ~1.9 s of kernel time per step, ~13% of the step's CPU time.
+
+`keep_freed_memory()` sets three glibc malloc options: one arena for all threads, no mmap for
+large blocks, no trimming of the heap. Freed blocks then stay mapped and the next step reuses
+them (page faults per step: 1.1M -> ~20K). The price: the process keeps its peak heap mapped
+(resident) until it exits. The arena limit only binds threads that have not allocated yet, so
+it must run before JAX starts its CPU client's threads; `agentrl_jax` calls it on import.
+Set AGENTRL_JAX_KEEP_FREED_MEMORY=0 to leave malloc as it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+# mallopt parameters (glibc malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
+
+_applied = False
+
+
+def keep_freed_memory() -> bool:
+    """Applies the malloc options once (glibc on Linux only); True when they are in effect."""
+    global _applied
+    if _applied:
+        return True
+    if os.environ.get("AGENTRL_JAX_KEEP_FREED_MEMORY", "1") == "0":
+        return False
+    if platform.system() != "Linux" or not platform.libc_ver()[0] == "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    ok = libc.mallopt(_M_ARENA_MAX, 1) == 1
+    ok &= libc.mallopt(_M_MMAP_MAX, 0) == 1
+    ok &= libc.mallopt(_M_TRIM_THRESHOLD, -1) == 1  # -1: never trim
+    _applied = bool(ok)
+    return _applied
