@@ -138,10 +138,12 @@ def bench_multiturn(model, episodes: int, turns: int, env_tokens: int, new: int)
     max_context = -(-(env_tokens + turns * (env_tokens + new)) // 256) * 256
     cfg = EngineConfig(
         max_batch=episodes, page_size=16, num_pages=episodes * max_context // 16 + 8,
-        # A turn appends the last generated token + the environment's reply: 129 → 192. A
-        # re-prefill goes in chunks of 512 (the largest bucket).
-        max_context=max_context, prefill_buckets=(64, 192, 512),
-        prefill_batch_buckets=(episodes,), context_buckets=(256, 512, 1024, 1536),
+        # A turn appends the last generated token + the environment's reply: 129 → 144 (the
+        # first turn's 128 too). A re-prefill goes in chunks of 512 (the largest bucket).
+        # Decode reads the whole context bucket, so the buckets are 256 apart.
+        max_context=max_context, prefill_buckets=(env_tokens + 16, 512),
+        prefill_batch_buckets=(episodes,),
+        context_buckets=tuple(range(256, max_context, 256)),
         batch_buckets=(episodes,), steps_per_sync=16,
     )
     forced = SamplingParams(temperature=0.0, max_new_tokens=new)
@@ -179,8 +181,11 @@ def bench_continuous(model, requests: int, slots: int, prompt_len: int, lengths:
     max_context = -(-(prompt_len + lengths[1]) // 64) * 64
     cfg = EngineConfig(
         max_batch=slots, page_size=16, num_pages=slots * max_context // 16 + 8,
+        # Fine row buckets: prefill rounds admit a few prompts at a time (padding them to 4
+        # rows doubled the prefill work), and decode runs ~14 of 16 slots on average.
         max_context=max_context, prefill_buckets=(prompt_len,), context_buckets=(128, 256),
-        batch_buckets=(1, 2, 4, 8), steps_per_sync=8,
+        prefill_batch_buckets=(1, 2, 4, 8), batch_buckets=(1, 2, 4, 8, 10, 12, 14),
+        steps_per_sync=8,
     )
     engine = SamplingEngine(model, cfg)
     engine.warmup()
