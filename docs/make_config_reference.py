@@ -125,6 +125,8 @@ MEANINGS: dict[str, str] = {
     "rl.trainer.temperature": "logits / temperature in the trainer's log-probs (match the "
                               "sampler's to train on the distribution sampled from)",
     "rl.trainer.logprob_chunk": "sequence chunk of the vocabulary projection (memory)",
+    "rl.trainer.logprob_keep_bytes": "keep a micro-batch's fp32 logits for the backward pass "
+                                     "up to this many bytes (else recomputed; 0: always)",
     "rl.trainer.remat": "recompute each block in the backward pass (memory for compute)",
     "rl.trainer.compute_dtype": 'e.g. "bfloat16"; None computes in the parameters\' fp32',
     "rl.trainer.seq_buckets": "packed row lengths of a train micro-batch (compiled shapes)",

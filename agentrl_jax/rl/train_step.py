@@ -45,6 +45,9 @@ def default_config() -> ml_collections.ConfigDict:
             optimizer=optimizer_lib.default_config(),
             temperature=1.0,  # logits / temperature, as the sampler (AgentRL: 0.8)
             logprob_chunk=256,  # sequence chunk of the vocabulary projection
+            # keep a micro-batch's fp32 logits for the backward pass up to this many bytes
+            # (skips recomputing the vocabulary projection); past it they are recomputed
+            logprob_keep_bytes=1 << 30,
             remat=False,  # recompute each block in the backward pass
             compute_dtype=ml_collections.config_dict.placeholder(str),  # e.g. "bfloat16"
             seq_buckets=(128, 256, 512, 1024, 2048, 4096, 8192),
@@ -167,6 +170,7 @@ class Trainer:
             model, batch.tokens, batch.positions, batch.segment_ids, batch.targets,
             temperature=self.config.temperature, chunk_size=self.config.logprob_chunk,
             remat=self.config.remat, entropy_grad=bool(self.config.loss.entropy_coef),
+            keep_logits_bytes=self.config.logprob_keep_bytes,
         )
 
     def _micro_loss(self, params, batch: TrainBatch, num_tokens, ref_params):
