@@ -9,9 +9,13 @@ that way: 1.1M page faults and ~1.9 s of kernel time per step, ~13% of the step'
 `keep_freed_memory()` sets three glibc malloc options: one arena for all threads, no mmap for
 large blocks, no trimming of the heap. Freed blocks then stay mapped and the next step reuses
 them (page faults per step: 1.1M -> ~20K). The price: the process keeps its peak heap mapped
-(resident) until it exits. The arena limit only binds threads that have not allocated yet, so
-it must run before JAX starts its CPU client's threads; `agentrl_jax` calls it on import.
-Set AGENTRL_JAX_KEEP_FREED_MEMORY=0 to leave malloc as it is.
+(resident) until it exits, and a process that runs many shapes (a sampler and a trainer with
+several buckets) keeps the largest heap any of them needed (a SmolLM2-135M main job with it
+reached 14 GB and was killed for memory on a 24 GB machine). So it is opt-in, for CPU training
+processes that run a few shapes: the CPU main job (`launch.local`) and the train-step benchmark
+call it. The arena limit only binds threads that have not allocated yet, so it must run before
+JAX starts its CPU client's threads (before the first array or device query).
+Set AGENTRL_JAX_KEEP_FREED_MEMORY=0 to leave malloc as it is even there.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import torch
 import transformers
 from flax import nnx
 
+from agentrl_jax import hostmem
 from agentrl_jax.models import logprobs
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
@@ -203,6 +204,7 @@ def measure(cfg: ModelConfig, batch: int, length: int, args) -> dict[str, float]
 
 
 def main() -> None:
+    hostmem.keep_freed_memory()  # before the first array: see agentrl_jax/hostmem.py
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=512)
