@@ -9,6 +9,13 @@ not thread-safe (textworld parses the domain and grammar with shared tatsu parse
 concurrent loads corrupt each other), so every engine call holds one process-wide lock, as
 AgentBench's ALFWorld worker does. Calls block (loading a game grounds the whole problem, seconds
 for a large kitchen), so the task runs them in threads and the event loop keeps serving.
+
+Library copies are pooled: `fast_downward.load_lib` copies the 34 MB library to a temporary
+file and dlopens it; the file is deleted but stays mapped for the life of the process, so a
+copy per game leaked 34 MB of /tmp (and of memory) per episode, and a sandboxed worker's
+size-capped /tmp filled after a few hundred episodes. A closed game returns its copy to the
+pool and the next game reloads its own task into it, so copies number the most games open at
+once.
 """
 
 from __future__ import annotations
@@ -18,12 +25,33 @@ import json
 import pathlib
 import threading
 
+import fast_downward
 import textworld
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
 from textworld.envs import PddlEnv
 
 NOTHING_HAPPENS = "Nothing happens."
 _ENGINE_LOCK = threading.Lock()
+_FREE_LIBS: list = []  # loaded Fast Downward copies no open game uses (under _ENGINE_LOCK)
+
+
+def _pddl_env(infos: textworld.EnvInfos) -> tuple[PddlEnv, object]:
+    """A PddlEnv on a free library copy (a new copy only when none is free); hold the lock."""
+    lib = _FREE_LIBS.pop() if _FREE_LIBS else fast_downward.load_lib()
+    load_lib = fast_downward.load_lib
+    fast_downward.load_lib = lambda: lib   # what PddlEnv.__init__ calls
+    try:
+        return PddlEnv(infos), lib
+    except BaseException:
+        _FREE_LIBS.append(lib)
+        raise
+    finally:
+        fast_downward.load_lib = load_lib
+
+
+def library_copies_free() -> int:
+    """Loaded library copies waiting for a game (for tests and logs)."""
+    return len(_FREE_LIBS)
 
 
 @dataclasses.dataclass
@@ -40,10 +68,28 @@ class AlfworldGame:
         infos = textworld.EnvInfos(admissible_commands=True, won=True,
                                    policy_commands=request_plan)
         with _ENGINE_LOCK:
-            self._env = AlfredDemangler(PddlEnv(infos), shuffle=False)
-            self._env.load(str(game_file))
+            pddl_env, self._lib = _pddl_env(infos)
+            try:
+                self._env = AlfredDemangler(pddl_env, shuffle=False)
+                self._env.load(str(game_file))
+            except BaseException:
+                _FREE_LIBS.append(self._lib)
+                raise
         self.game_file = str(game_file)
         self._state = None
+
+    def close(self) -> None:
+        """Gives the game's library copy back for the next game (idempotent)."""
+        with _ENGINE_LOCK:
+            if self._lib is not None:
+                _FREE_LIBS.append(self._lib)
+                self._lib = None
+
+    def __enter__(self) -> AlfworldGame:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def reset(self) -> Observation:
         with _ENGINE_LOCK:

@@ -24,9 +24,9 @@ class Oracle:
         game_file = self.task.game_file(index)
         walkthrough = walkthrough_of(game_file)
         if walkthrough is None:
-            game = AlfworldGame(game_file, request_plan=True)
-            game.reset()
-            walkthrough = game.plan()
+            with AlfworldGame(game_file, request_plan=True) as game:
+                game.reset()
+                walkthrough = game.plan()
         return tuple(walkthrough)
 
     def next_message(self, index: int, history: list[dict]) -> dict:

@@ -101,6 +101,13 @@ class AlfworldTask(Task):
     async def episode(self, index: SampleIndex, session: Session) -> EpisodeResult:
         game_file = self.game_file(index)
         game = await asyncio.to_thread(AlfworldGame, game_file)
+        try:
+            return await self._play(game, game_file, session)
+        finally:
+            game.close()
+
+    async def _play(self, game: AlfworldGame, game_file: pathlib.Path,
+                    session: Session) -> EpisodeResult:
         observation = await asyncio.to_thread(game.reset)
         session.inject({"role": "system", "content": SYSTEM_PROMPT})
         session.inject({"role": "user", "content": self.first_message(observation)})
