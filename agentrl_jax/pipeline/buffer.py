@@ -6,9 +6,14 @@ member that failed (task error, cancelled) still counts as ended: it is masked o
 group never waits forever for a member that died. Groups are released in completion order and
 the trainer takes every complete group available (AgentRL drains the buffer each step).
 
-Staleness: a rollout's lag is the trainer's version minus the oldest weight version among its
-sampled tokens. With `max_staleness` set, groups whose lag exceeds it are dropped (counted, not
-trained); the lag of everything taken is recorded as a distribution.
+Staleness: a rollout's lag is the trainer's version minus the oldest weight version among the
+tokens its trained policy sampled (policy id 0, "current" in `rollout.cross_policy`). Turns of
+the stale snapshot are old on purpose (cross-policy sampling; the importance ratio against
+their behaviour log-probs corrects for them) and do not count: counting them made every
+multi-turn group that drew a snapshot turn "stale" once the snapshot was max_staleness versions
+old, so only one-turn episodes were trained until the next refresh. With `max_staleness` set,
+groups whose lag exceeds it are dropped (counted, not trained); the lag of everything taken is
+recorded as a distribution.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import dataclasses
 import numpy as np
 
 from agentrl_jax.rollout.record import Rollout
+
+TRAINED_POLICY_ID = 0  # the policy mix's first policy ("current"): the one being trained
 
 
 @dataclasses.dataclass
@@ -108,7 +115,7 @@ class TrajectoryBuffer:
                 self.stats.groups_untrainable += 1
                 continue
             for r in group:
-                version = r.oldest_version()
+                version = r.oldest_version(TRAINED_POLICY_ID)
                 if version is not None:
                     self.stats.lags.append(current_version - version)
             self.stats.rollouts_taken += len(group)
@@ -125,5 +132,5 @@ class TrajectoryBuffer:
 
 
 def _group_lag(group: list[Rollout], current_version: int) -> int:
-    versions = [v for r in group if (v := r.oldest_version()) is not None]
+    versions = [v for r in group if (v := r.oldest_version(TRAINED_POLICY_ID)) is not None]
     return current_version - min(versions) if versions else 0

@@ -52,7 +52,11 @@ class Rollout:
         """Has at least one sampled token after the first (there is a prediction to train)."""
         return len(self.tokens) >= 2 and bool(self.loss_mask[1:].any())
 
-    def oldest_version(self) -> int | None:
-        """The oldest weight version among sampled tokens; None when nothing was sampled."""
-        sampled = self.versions[self.loss_mask > 0]
-        return int(sampled.min()) if sampled.size else None
+    def oldest_version(self, policy_id: int | None = None) -> int | None:
+        """The oldest weight version among sampled tokens (of policy `policy_id` only, if given);
+        None when there are none."""
+        sampled = self.loss_mask > 0
+        if policy_id is not None:
+            sampled &= self.policy_ids == policy_id
+        versions = self.versions[sampled]
+        return int(versions.min()) if versions.size else None

@@ -90,6 +90,22 @@ def test_stale_groups_are_dropped_and_lags_recorded():
     assert buffer.stats.lag_summary()["lag_frac_1"] == 0.5
 
 
+def test_stale_snapshot_turns_do_not_make_a_group_stale():
+    # Cross-policy sampling: the snapshot (policy 1) is old by design; only the trained
+    # policy's (0) tokens measure staleness.
+    buffer = TrajectoryBuffer(group_size=1, max_staleness=1)
+    mixed = rollout(0, 0, version=5, n=8, sampled=4)
+    mixed.versions[4:6], mixed.policy_ids[4:6] = 0, 1   # two snapshot tokens of version 0
+    old = rollout(1, 0, version=3)                       # the trained policy's, lag 2
+    for gid, r in enumerate([mixed, old]):
+        buffer.open_group(gid, "t")
+        buffer.add(r)
+    taken = buffer.take(current_version=5)
+    assert [g[0].group_id for g in taken] == [0]
+    assert buffer.stats.groups_dropped_stale == 1 and buffer.stats.lags == [0]
+    assert mixed.oldest_version() == 0 and mixed.oldest_version(policy_id=0) == 5
+
+
 def test_wait_for_returns_when_enough_groups_are_ready():
     async def go():
         buffer = TrajectoryBuffer(group_size=1)
