@@ -43,10 +43,15 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
 
     c.sft = sft_stage.default_config()
     c.sft.epochs = 2
+    # Small steps: a model trained from scratch gains more from 4x the updates than from 4x the
+    # batch (same demonstrations and compute: assistant-token accuracy on held-out demonstrations
+    # 0.50-0.93 per task after 107 steps of 4k tokens, 0.0 exact turns; NLL 1.93 after 31 of 16k).
+    c.sft.tokens_per_step = 4096
+    c.sft.tokens_per_micro = 4096
     c.sft.cache_dir = ""  # warm-started policies by config hash; "" = the agentrl_jax cache
 
     c.rl = rl_stage.default_config()
-    c.rl.pipeline.update(steps=12, groups_per_step=4, group_size=4, rollout_workers=8,
+    c.rl.pipeline.update(steps=10, groups_per_step=4, group_size=4, rollout_workers=8,
                          max_staleness=2, stale_policy_ratio=0.25, stale_every=10)
     c.rl.trainer.optimizer.update(learning_rate=3e-4, max_grad_norm=1.0)
     c.rl.trainer.seq_buckets = (512, 1024, 2048, 4096)

@@ -2,8 +2,10 @@
 
     python -m launch.local --config=configs/local_smollm2.py
 
-Slower than the default on a CPU (135M parameters: ~15 s per 2k-token train step on 2 cores), so
-fewer, shorter steps; on a GPU or TPU raise them.
+Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. Measured on
+the 2-core CPU (2026-11-30, other jobs running): 60-90 s per 4k-token warm-start step (~30 min for
+the 27 steps of one epoch over 96 demonstrations), and the process grew to 14 GB at 4k tokens
+per micro-batch, so give it a machine with more memory than 24 GB or nothing else running.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def get_config(mode: str = "") -> object:
     c.rl.trainer.optimizer.learning_rate = 1e-6 * 5
     if not mode:
         c.demos.per_task = 20
+        c.sft.tokens_per_micro = c.rl.trainer.tokens_per_micro = 4096
         c.rl.pipeline.update(steps=10, groups_per_step=5, group_size=4)
         c.eval.per_task = 10
     return c

@@ -41,6 +41,7 @@ from jax.sharding import Mesh
 from ml_collections import config_flags
 from tqdm import tqdm
 
+from agentrl_jax import hostmem
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench
 from agentrl_jax.experiment import demonstrations, report, rl_stage
@@ -186,11 +187,22 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir) -> di
         tasks[name_] = (await client.get_indices(name_))[: config.eval.per_task]
     agent = rl_stage.agent_spec(config.rl, policy)
     bar = tqdm(total=sum(map(len, tasks.values())) * config.eval.runs, desc=name, unit="episode")
+    episodes = []
+
+    def on_episode(rollout) -> None:
+        bar.update(1)
+        episodes.append({"task": rollout.task, "index": rollout.index, "reward": rollout.reward,
+                         "status": str(rollout.status), "turns": rollout.num_turns,
+                         "messages": rollout.messages})
+
     results = await agentbench.evaluate(
         client, engine, agent, tasks, runs=config.eval.runs, concurrency=config.eval.concurrency,
-        seed=config.seed, on_episode=lambda _: bar.update(1))
+        seed=config.seed, on_episode=on_episode)
     bar.close()
     agentbench.write(results, run.path, name)
+    with open(run.path / f"{name}_episodes.jsonl", "w") as f:   # transcripts, to read why
+        for episode in sorted(episodes, key=lambda e: (e["task"], str(e["index"]))):
+            f.write(json.dumps(episode, default=str) + "\n")
     print(agentbench.to_markdown(results, title=name))
     return agentbench.to_json(results)
 
@@ -295,6 +307,7 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
+    hostmem.keep_freed_memory()  # a CPU trainer's buffers stay mapped (agentrl_jax/hostmem.py)
     run_job(_CONFIG.value)
 
 

@@ -94,6 +94,10 @@ def test_fast_mode_produces_every_stage_output(tmp_path, sft_cache):
                                         ("alfworld", "db", "kg", "os_interaction", "webshop")}
         assert all(r["episodes"] == 1 for r in result["tasks"].values())
         assert (run_dir / f"{name}.md").read_text().startswith(f"### {name}")
+        transcripts = [json.loads(x) for x in
+                       (run_dir / f"{name}_episodes.jsonl").read_text().splitlines()]
+        assert sorted(e["task"] for e in transcripts) == sorted(result["tasks"])
+        assert all(e["messages"][0]["role"] == "system" for e in transcripts)
     assert "| **average** |" in (run_dir / "results.md").read_text()
     assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
