@@ -97,13 +97,12 @@ class DecoderLayers(nnx.Module):
         return {name: getattr(self, name)[...] for name in self.names}
 
 
-def block(
-    cfg: ModelConfig, p: dict, x: jax.Array, positions: jax.Array | None, attend, rope=None
-) -> jax.Array:
+def block(cfg: ModelConfig, p: dict, x: jax.Array, rope: tuple[jax.Array, jax.Array],
+          attend) -> jax.Array:
     """One pre-norm block; `attend(q, k, v)` supplies the attention over whatever keys apply.
 
     `rope`: the rotary tables `layers.rope_tables(positions, cfg)`, computed once for a stack of
-    blocks (then `positions` is not used).
+    blocks.
     """
     b, t, d = x.shape
     # The projections run on [B·T, D]: with a [B, T, D] operand each weight gradient contracts
@@ -114,8 +113,8 @@ def block(
     q, k, v = h @ p["q_proj"], h @ p["k_proj"], h @ p["v_proj"]
     if cfg.qkv_bias:
         q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
-    q = L.apply_rope(q.reshape(b, t, cfg.num_heads, cfg.head_dim), positions, cfg, rope)
-    k = L.apply_rope(k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim), positions, cfg, rope)
+    q = L.apply_rope(q.reshape(b, t, cfg.num_heads, cfg.head_dim), rope, cfg)
+    k = L.apply_rope(k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim), rope, cfg)
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     attn = attend(q, k, v).reshape(b * t, cfg.q_dim) @ p["o_proj"]
     if cfg.sandwich_norms:
@@ -193,7 +192,7 @@ class Decoder(nnx.Module):
             return L.block_causal_attention(q, k, v, masks)
 
         def body(x, p):
-            return block(cfg, p, x, None, attend, rope), None
+            return block(cfg, p, x, rope, attend), None
 
         # The backward pass keeps only the projections' outputs (matmuls without batch axes) and
         # recomputes norms, rotary, attention and activations from them: on CPU writing and
@@ -251,7 +250,7 @@ class Decoder(nnx.Module):
                 values = nv[read_slots].astype(q.dtype)
                 return L.attention(q, keys, values, mask)
 
-            x = block(cfg, p, x, None, attend, rope)
+            x = block(cfg, p, x, rope, attend)
             ck = jax.lax.dynamic_update_index_in_dim(ck, new_kv["k"], layer, axis=0)
             cv = jax.lax.dynamic_update_index_in_dim(cv, new_kv["v"], layer, axis=0)
             return (x, ck, cv), None

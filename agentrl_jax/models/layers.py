@@ -50,20 +50,15 @@ def rope_tables(positions: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.
     return jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
 
 
-def apply_rope(
-    x: jax.Array,
-    positions: jax.Array | None,
-    cfg: ModelConfig,
-    tables: tuple[jax.Array, jax.Array] | None = None,
-) -> jax.Array:
+def apply_rope(x: jax.Array, tables: tuple[jax.Array, jax.Array], cfg: ModelConfig) -> jax.Array:
     """Rotates the first `rotary_dim` dims of each head of x [B, T, H, D] by position.
 
-    Llama/Qwen2 rotate the two halves (x_i, x_{i+d/2}) together; GLM-4 rotates adjacent pairs
-    (x_{2i}, x_{2i+1}) and leaves the dims past `rotary_dim` untouched. `tables`, when given,
-    are `rope_tables(positions, cfg)` (and `positions` is not used).
+    `tables` are `rope_tables(positions, cfg)`. Llama/Qwen2 rotate the two halves
+    (x_i, x_{i+d/2}) together; GLM-4 rotates adjacent pairs (x_{2i}, x_{2i+1}) and leaves the
+    dims past `rotary_dim` untouched.
     """
     dim = cfg.rotary_dim
-    cos, sin = tables if tables is not None else rope_tables(positions, cfg)
+    cos, sin = tables
     rot, passthrough = x[..., :dim].astype(jnp.float32), x[..., dim:]
     if cfg.interleaved_rotary:
         even, odd = rot[..., 0::2], rot[..., 1::2]

@@ -129,11 +129,10 @@ def chunked_logprobs(
     w = out_embedding.astype(hidden.dtype)
     vocab = w.shape[0] if vocab_major else w.shape[1]
     if n * rows * vocab * 4 <= keep_logits_bytes:
+        # Its backward ignores the entropy's cotangent unless entropy_grad.
         logp, entropy = _kept_logits_logprobs(
             h_chunks, w, t_chunks, temperature, vocab_major, entropy_grad
         )
-        if not entropy_grad:
-            entropy = jax.lax.stop_gradient(entropy)
     else:
 
         @jax.checkpoint

@@ -226,6 +226,7 @@ def cached_forward(
         ctx_mask = jnp.arange(width)[None, :] < cached_len[:, None]
 
     x = embed_tokens(cfg, w, tokens)
+    rope = L.rope_tables(positions, cfg)   # once for all layers
     out_k, out_v = [], []
     for index, p in enumerate(w["layers"]):
         p = {name: v.astype(cfg.dtype) for name, v in p.items()}
@@ -250,5 +251,5 @@ def cached_forward(
             v_ctx = gather_context(pool.v, index, table, page_size).astype(q.dtype)
             return _attend(q, k_ctx, v_ctx, ctx_mask, k, v, new_mask)
 
-        x = block(cfg, p, x, positions, attend)
+        x = block(cfg, p, x, rope, attend)
     return L.rms_norm(x, w["final_norm"], cfg.rms_norm_eps), out_k, out_v
