@@ -64,6 +64,20 @@ def agent_spec(config: ml_collections.ConfigDict, policy: Policy,
                      end_of_turn_ids=policy.end_of_turn_ids)
 
 
+def check_context_fits_training(config: ml_collections.ConfigDict) -> None:
+    """Raises ValueError unless an episode at the context limit fits a training row.
+
+    Episodes are trained up to their last sampled token, at most `limits.max_context_tokens`
+    tokens, i.e. that many minus one inputs; found out at the first long episode otherwise.
+    """
+    longest, limit = max(config.trainer.seq_buckets), int(config.limits.max_context_tokens)
+    if limit - 1 > longest:
+        raise ValueError(
+            f"limits.max_context_tokens={limit} does not fit the largest training bucket "
+            f"trainer.seq_buckets={tuple(config.trainer.seq_buckets)}: add a bucket of at least "
+            f"{limit - 1} or lower the limit")
+
+
 def make_engine(config: ml_collections.ConfigDict, policy: Policy,
                 mesh: Mesh | None = None) -> AsyncSamplingEngine:
     engine_cfg = config.engine.to_dict()
@@ -101,6 +115,7 @@ async def run_rl(
 
     `reference`: the frozen model of the KL term (`trainer.loss.kl_coef`).
     """
+    check_context_fits_training(config)
     pcfg = config.pipeline
     trainer = train_step.Trainer(policy.model, config.trainer, trainer_mesh, reference=reference)
     stream = TaskStream(task_indices, seed=pcfg.seed)

@@ -47,12 +47,8 @@ def prepare_batch(
     advantages, weights = adv_lib.compute_advantages(
         [r.reward for r in rollouts], statuses, group_ids, task_ids, num_loss, adv_config)
 
-    trajectories = [
-        Trajectory(tokens=r.tokens, loss_mask=r.loss_mask, behaviour_logprobs=r.logprobs,
-                   advantage=float(a), weight=float(w))
-        for r, a, w in zip(rollouts, advantages, weights, strict=True)
-        if w > 0
-    ]
+    trajectories = [_trajectory(r, float(a), float(w))
+                    for r, a, w in zip(rollouts, advantages, weights, strict=True) if w > 0]
     metrics = _rollout_metrics(rollouts, task_names)
     if not trajectories:
         return None
@@ -60,6 +56,19 @@ def prepare_batch(
     metrics["num_loss_tokens"] = num_tokens
     metrics["num_micro_batches"] = len(micro)
     return PreparedBatch(micro, num_tokens, metrics, len(trajectories))
+
+
+def _trajectory(rollout: Rollout, advantage: float, weight: float) -> Trajectory:
+    """The rollout up to its last sampled token.
+
+    What follows it (the environment's last reply, e.g. the one that overflowed the context
+    limit) has no loss and nothing after it to condition, so it would only cost row length:
+    a reply that took a 4000-token episode past the largest training bucket crashed the step.
+    """
+    end = int(np.flatnonzero(rollout.loss_mask)[-1]) + 1
+    return Trajectory(tokens=rollout.tokens[:end], loss_mask=rollout.loss_mask[:end],
+                      behaviour_logprobs=rollout.logprobs[:end], advantage=advantage,
+                      weight=weight)
 
 
 def _rollout_metrics(rollouts: Sequence[Rollout], task_names: Sequence[str]) -> dict[str, float]:

@@ -167,6 +167,21 @@ def test_incomplete_episodes_get_the_penalty():
     assert by_first_token[0] > 0 > by_first_token[10]
 
 
+def test_tokens_after_the_last_sampled_one_are_not_packed():
+    # An environment reply (4 unsampled tokens) that took the episode past the largest bucket
+    # (8): the rollout still trains, on exactly its tokens up to the last sampled one.
+    r = rollout(0, 0, 1.0, n=10, sampled=3)
+    r.loss_mask[7:] = 0
+    r.loss_mask[3:6] = 1
+    batch = prepare_batch([[r, rollout(0, 1, 0.0)]], _config(task_adv_norm=False), (8,), 16)
+    mb = batch.micro_batches[0]
+    row = next(i for i in range(mb.tokens.shape[0]) if mb.tokens[i, 0] == 0)
+    np.testing.assert_array_equal(mb.tokens[row, :5], r.tokens[:5])
+    np.testing.assert_array_equal(mb.targets[row, :5], r.tokens[1:6])
+    np.testing.assert_array_equal(mb.loss_mask[row, :5] > 0, r.loss_mask[1:6] > 0)
+    assert batch.num_loss_tokens == 3 + 3
+
+
 def test_nothing_trainable_gives_none():
     group = [Rollout.failed("t", 0, 0, m, "x") for m in range(2)]
     assert prepare_batch([group], _config(), (8,), 16) is None
