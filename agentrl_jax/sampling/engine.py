@@ -32,6 +32,7 @@ import bisect
 import collections
 import dataclasses
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -198,7 +199,7 @@ class SamplingEngine:
         self._running: list[_Turn] = []
         self._ids = itertools.count()
         self._rng = np.random.default_rng(config.seed)
-        self.stats = collections.Counter()
+        self.stats = collections.Counter()  # counts, and prefill_/decode_seconds of step()
         self.update_params(model, version, policy=policy)
 
     # ---- policies ------------------------------------------------------------------------
@@ -301,6 +302,8 @@ class SamplingEngine:
                 break
             self._waiting.popleft()
             admitted.append(turn)
+        # Both phases end by fetching their tokens to the host, so wall time is device time.
+        start = time.perf_counter()
         if admitted:
             try:
                 self._prefill_turns(admitted)
@@ -308,11 +311,14 @@ class SamplingEngine:
                 for turn in admitted:
                     if turn.session is not None and turn not in self._running:
                         self._fail(turn, e)
+        middle = time.perf_counter()
         groups: dict[int, list[_Turn]] = collections.defaultdict(list)
         for turn in self._running:
             groups[id(turn.policy)].append(turn)
         for turns in groups.values():
             self._decode_chunk(turns)
+        self.stats["prefill_seconds"] += middle - start
+        self.stats["decode_seconds"] += time.perf_counter() - middle
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerationResult]:
         """Synchronous convenience: runs `requests` to completion, results in order."""
@@ -341,16 +347,22 @@ class SamplingEngine:
         return self._prefill._cache_size() + self._decode._cache_size()
 
     def warmup(self) -> None:
-        """Compiles every bucket shape, so traffic afterwards never compiles."""
+        """Compiles every bucket shape, so traffic afterwards never compiles.
+
+        Returns once the warm-up calls have run, not just been dispatched: otherwise the first
+        requests wait behind them (20 s of queued prefill for the multi-turn benchmark's shapes).
+        """
         weights = next(iter(self._policies.values())).weights
         page = self.config.page_size
+        outputs = []
         for rows in self._prefill_rows:
             for t in self._prefill_buckets:
                 for c in (0, *self._context_buckets):
-                    self._run_prefill(weights, [], rows, t, c // page)
+                    outputs.append(self._run_prefill(weights, [], rows, t, c // page))
         for b in self._batch_buckets:
             for c in self._context_buckets:
-                self._run_decode(weights, [], b, c // self.config.page_size)
+                outputs.append(self._run_decode(weights, [], b, c // self.config.page_size))
+        jax.block_until_ready((outputs, self._cache))
 
     # ---- internals -----------------------------------------------------------------------
 

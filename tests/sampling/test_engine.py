@@ -105,6 +105,8 @@ def test_waiting_prompts_are_prefilled_together(llama):
     first = engine.generate([GenerateRequest(p, GREEDY, session_id=f"s{i}")
                              for i, p in enumerate(prompts)])
     assert engine.stats["prefill_calls"] == 1
+    # the time of each phase is kept too (what a serving profile splits on)
+    assert engine.stats["prefill_seconds"] > 0 and engine.stats["decode_seconds"] > 0
     streams = [p + r.tokens + random_prompt(3, 10 + i)
                for i, (p, r) in enumerate(zip(prompts[:3], first[:3], strict=True))]
     fresh = random_prompt(7, 99)
