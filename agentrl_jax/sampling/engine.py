@@ -354,15 +354,15 @@ class SamplingEngine:
         """
         weights = next(iter(self._policies.values())).weights
         page = self.config.page_size
-        outputs = []
         for rows in self._prefill_rows:
             for t in self._prefill_buckets:
                 for c in (0, *self._context_buckets):
-                    outputs.append(self._run_prefill(weights, [], rows, t, c // page))
+                    self._run_prefill(weights, [], rows, t, c // page)
         for b in self._batch_buckets:
             for c in self._context_buckets:
-                outputs.append(self._run_decode(weights, [], b, c // self.config.page_size))
-        jax.block_until_ready((outputs, self._cache))
+                self._run_decode(weights, [], b, c // page)
+        # Every call takes the KV pool the previous one returned: the last pool ready, all ran.
+        jax.block_until_ready(self._cache)
 
     # ---- internals -----------------------------------------------------------------------
 
