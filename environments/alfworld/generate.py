@@ -23,13 +23,15 @@ byte-identical files.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.resources
 import json
 import random
 from typing import Any
 
-from alfworld.gen import constants, goal_library
+from alfworld.gen import constants
+
+from environments.alfworld.planner import plan_walkthrough
+from environments.alfworld.scene import FloorPlan, Goal, Scene, mangle, receptacle_type
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -55,27 +57,8 @@ _STATIC_RECEPTACLES = constants.RECEPTACLES - set(constants.MOVABLE_RECEPTACLES)
 _PLACEABLE = {obj for objs in constants.VAL_RECEPTACLE_OBJECTS.values() for obj in objs}
 
 
-def mangle(name: str) -> str:
-    """ALFRED's PDDL-safe spelling of an object id (PlannedGameState.fix_pddl_str_chars)."""
-    for char, word in (("-", "_minus_"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_"),
-                       (",", "_comma_")):
-        name = name.replace(char, word)
-    return name
-
-
 def package_text(relative: str) -> str:
     return importlib.resources.files("alfworld").joinpath(relative).read_text()
-
-
-@dataclasses.dataclass
-class FloorPlan:
-    scene: int
-    receptacles: dict[str, tuple[float, float, int, int]]   # ALFRED id -> (x, z, rot, horizon)
-    object_types: list[str]
-
-    @property
-    def room(self) -> str:
-        return next(room for room, scenes in constants.SCENE_TYPE.items() if self.scene in scenes)
 
 
 def load_floor_plan(scene: int) -> FloorPlan:
@@ -86,11 +69,6 @@ def load_floor_plan(scene: int) -> FloorPlan:
     return FloorPlan(scene, receptacles, sorted(set(types)))
 
 
-def receptacle_type(receptacle_id: str) -> str:
-    parts = receptacle_id.split("|")
-    return parts[4] if len(parts) > 4 else parts[0]   # "Sink|x|y|z|SinkBasin" is a SinkBasin
-
-
 def location_of(pose: tuple[float, float, int, int]) -> str:
     x, z, rotation, horizon = pose
     return f"loc|{round(x / 0.25)}|{round(z / 0.25)}|{int(rotation) // 90}|{int(horizon)}"
@@ -99,22 +77,6 @@ def location_of(pose: tuple[float, float, int, int]) -> str:
 def _coordinate(rng: random.Random, low: float, high: float) -> str:
     value = rng.uniform(low, high)
     return f"{value:+06.2f}" if abs(value) >= 0.005 else "00.00"
-
-
-@dataclasses.dataclass
-class Scene:
-    """One concrete household: receptacles at locations, objects in receptacles."""
-
-    plan: FloorPlan
-    receptacle_at: dict[str, str]            # receptacle id -> location
-    contents: dict[str, str]                 # object id -> receptacle id
-    agent_at: str
-
-    def objects_of(self, object_type: str) -> list[str]:
-        return sorted(o for o in self.contents if o.split("|")[0] == object_type)
-
-    def receptacles_of(self, rtype: str) -> list[str]:
-        return sorted(r for r in self.receptacle_at if receptacle_type(r) == rtype)
 
 
 def build_scene(plan: FloorPlan, rng: random.Random, must_have: dict[str, int]) -> Scene:
@@ -163,26 +125,6 @@ def build_scene(plan: FloorPlan, rng: random.Random, must_have: dict[str, int]) 
                     break
             contents[oid] = rng.choice(sorted(holders))
     return Scene(plan, receptacle_at, contents, agent_at)
-
-
-@dataclasses.dataclass(frozen=True)
-class Goal:
-    task_type: str
-    object_target: str
-    parent_target: str = ""
-    toggle_target: str = ""
-
-    def sentence(self, rng: random.Random) -> str:
-        template = rng.choice(goal_library.gdict[self.task_type]["templates"])
-        return template.format(obj=self.object_target.lower(), recep=self.parent_target.lower(),
-                               toggle=self.toggle_target.lower(), mrecep="")
-
-    def pddl(self) -> str:
-        text = goal_library.gdict[self.task_type]["pddl"].format(
-            obj=self.object_target, recep=self.parent_target, toggle=self.toggle_target,
-            mrecep="")
-        text = text.replace("#", "-").strip()
-        return text[:text.rfind(")")].rstrip()   # the library's text closes the (define ...)
 
 
 def candidate_goals(plan: FloorPlan, task_type: str) -> list[Goal]:
@@ -296,8 +238,6 @@ def make_game(scene_number: int, task_type: str, rng: random.Random) -> dict[str
     else:
         return None
     trial = f"trial_G{rng.getrandbits(40):012x}"
-    # The planner builds on this module's Scene and Goal, hence the late import.
-    from environments.alfworld.planner import plan_walkthrough  # noqa: PLC0415
     walkthrough = plan_walkthrough(scene, goal)
     sentence = goal.sentence(rng)
     grammar = package_text("data/alfred.twl2").replace("UNKNOWN GOAL", sentence)

@@ -12,7 +12,7 @@ from collections import Counter
 
 from alfworld.gen import constants
 
-from environments.alfworld.generate import Goal, Scene, mangle, receptacle_type
+from environments.alfworld.scene import Goal, Scene, mangle, receptacle_type
 
 _APPLIANCE_VERB = {"pick_clean_then_place_in_recep": ("SinkBasin", "clean"),
                    "pick_heat_then_place_in_recep": ("Microwave", "heat"),
