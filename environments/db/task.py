@@ -124,7 +124,7 @@ class DBTask(Task):
                     continue
                 for call in calls:
                     if call.arguments is None:
-                        reply = BAD_ARGUMENTS
+                        reply = call.error or BAD_ARGUMENTS
                     elif call.name == "execute_sql":
                         query = _first_argument(call, "query")
                         reply = (await database.execute(str(query or ""))

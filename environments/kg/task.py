@@ -137,6 +137,8 @@ class KnowledgeGraphTask(Task):
     async def _run_tool(self, call: ToolCall, toolbox: ToolBox, variables: list[Variable],
                         entities: dict[str, str]) -> str:
         """One tool call's observation, or the error text AgentBench-FC answers with."""
+        if call.error:
+            return call.error
         if call.arguments is None:
             try:
                 json.loads(call.raw_arguments)
