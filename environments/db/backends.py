@@ -1,8 +1,9 @@
 """One database per session: SQLite (default) or a database on a shared MySQL/MariaDB server.
 
-Both run blocking driver calls in a thread (`asyncio.to_thread`) so the worker keeps serving
-other sessions, and both answer `execute(sql)` the way AgentBench's dbbench does: the rows as
-`str(list_of_tuples)`, or the error's text, cut at 800 characters with "[TRUNCATED]".
+Both run blocking driver calls on the session's own thread (`SessionCalls`), so the worker
+keeps serving other sessions and no session's queries wait behind another's. Both answer
+`execute(sql)` the way AgentBench's dbbench does: the rows as `str(list_of_tuples)`, or the
+error's text, cut at 800 characters with "[TRUNCATED]".
 
 A table is created from a task's `table` entry. Like AgentBench, every column is TEXT unless the
 task asks for its declared types (`typed_columns`, used by the generated tasks so that numeric
@@ -20,6 +21,13 @@ import urllib.parse
 from typing import Any
 
 from environments.db.grading import combine_table_hashes, rows_hash
+from environments.db.sqlite_guard import (
+    DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_WORKER_HEAP_LIMIT_BYTES,
+    guard,
+    set_worker_heap_limit,
+)
+from environments.worker.blocking import SessionCalls
 
 RESULT_LIMIT = 800
 STATEMENT_TIMEOUT_S = 60.0   # AgentBench wraps each statement in asyncio.wait_for(..., 60)
@@ -71,21 +79,31 @@ class Database:
 
 
 class SQLiteDatabase(Database):
-    """A fresh in-memory SQLite database per session (nothing touches the disk)."""
+    """A fresh in-memory SQLite database per session, fenced in by `sqlite_guard`.
+
+    Nothing touches the disk; the session's statements run on its own thread, each interrupted
+    at its timeout, and closing interrupts a statement still running.
+    """
 
     kind = "sqlite"
 
-    def __init__(self) -> None:
-        # The connection moves between the default executor's threads, one call at a time.
+    def __init__(self, memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+                 worker_heap_limit_bytes: int = DEFAULT_WORKER_HEAP_LIMIT_BYTES) -> None:
+        self._calls = SessionCalls("sqlite")
+        # Created here, used only on the session's thread (one call at a time).
         self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        set_worker_heap_limit(self._conn, worker_heap_limit_bytes)
+        self._guard = guard(self._conn, memory_limit_bytes)
         self._deadline = float("inf")
+        self._closing = False
         self._conn.set_progress_handler(self._over_time, 10_000)
 
     def _over_time(self) -> int:
-        return int(time.monotonic() > self._deadline)   # non-zero interrupts the statement
+        # Non-zero interrupts the statement: past its deadline, or the session is closing.
+        return int(self._closing or time.monotonic() > self._deadline)
 
     async def create(self, entry: dict[str, Any]) -> None:
-        await asyncio.to_thread(self._create, entry)
+        await self._calls.run(self._create, entry)
 
     def _create(self, entry: dict[str, Any]) -> None:
         typed = bool(entry.get("typed_columns"))
@@ -101,7 +119,7 @@ class SQLiteDatabase(Database):
                                    [[_cell(v, typed) for v in row] for row in rows])
 
     async def execute(self, sql: str, timeout: float = STATEMENT_TIMEOUT_S) -> str:
-        return await asyncio.to_thread(self._execute, sql, timeout)
+        return await self._calls.run(self._execute, sql, timeout)
 
     def _execute(self, sql: str, timeout: float) -> str:
         self._deadline = time.monotonic() + timeout
@@ -110,8 +128,10 @@ class SQLiteDatabase(Database):
             text = str(rows)
         except sqlite3.OperationalError as error:
             text = ("Error: SQL execution timed out." if str(error) == "interrupted"
-                    else f"SQLite execution error: {error}")
-        except (sqlite3.Error, ValueError, OverflowError) as error:
+                    else f"SQLite execution error: {self._guard.explain(error)}")
+        except sqlite3.Error as error:
+            text = f"SQLite execution error: {self._guard.explain(error)}"
+        except (ValueError, OverflowError, MemoryError) as error:
             text = f"SQLite execution error: {error}"
         finally:
             self._deadline = float("inf")
@@ -121,7 +141,7 @@ class SQLiteDatabase(Database):
         return truncate(text)
 
     async def fetch_rows(self, table: dict[str, Any]) -> list[tuple]:
-        return await asyncio.to_thread(self._fetch_rows, table)
+        return await self._calls.run(self._fetch_rows, table)
 
     def _fetch_rows(self, table: dict[str, Any]) -> list[tuple]:
         columns = ", ".join(_quote_sqlite(c["name"]) for c in table["table_info"]["columns"])
@@ -132,6 +152,14 @@ class SQLiteDatabase(Database):
             return []   # the agent dropped or renamed the table: it hashes as empty
 
     async def close(self) -> None:
+        self._closing = True     # a statement running now or queued stops at once
+        self._conn.interrupt()
+        try:
+            await self._calls.run(self._close)
+        finally:
+            self._calls.close()
+
+    def _close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
 
@@ -297,8 +325,12 @@ def mysql_params(url: str) -> dict[str, Any]:
     return params
 
 
-def open_database(url: str | None) -> Database:
-    """A new session database: SQLite when `url` is None or "sqlite", else MySQL/MariaDB."""
+def open_database(url: str | None,
+                  memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES) -> Database:
+    """A new session database: SQLite when `url` is None or "sqlite", else MySQL/MariaDB.
+
+    `memory_limit_bytes` caps an SQLite episode's database (see `sqlite_guard`).
+    """
     if url in (None, "", "sqlite"):
-        return SQLiteDatabase()
+        return SQLiteDatabase(memory_limit_bytes)
     return MySQLDatabase(url)
