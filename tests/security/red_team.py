@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from typing import Any
 
 import httpx
@@ -62,3 +63,23 @@ def tool_reply(env_out: dict[str, Any]) -> str:
 
 def current_sessions(api: str) -> int:
     return httpx.get(f"{api}/worker_status", timeout=30).json()["current"]
+
+
+def processes_with(*words: str) -> dict[int, str]:
+    """{pid: state letter} of live processes whose command line holds all `words`, except
+    this process's own children. A dead process not reaped yet (a zombie) counts as gone."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as handle:
+                state, parent = handle.read().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            continue
+        if (all(word in cmdline for word in words) and state not in "ZX"
+                and int(parent) != os.getpid()):
+            found[int(entry)] = state
+    return found

@@ -1,0 +1,87 @@
+"""The KG worker under an agent that builds an exploding query: the query stops at its deadline
+or when its session is cancelled, and other sessions are served meanwhile and afterwards."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from environments.oracle import play_one, running_worker
+from tests.security.red_team import call, cancel, interact, processes_with, start, tool_reply
+
+DEADLINE_S = 15
+RWANDA = "Rwanda"   # the entity of kg-test sample 0 ("What is the capital of Rwanda?")
+BORDERS = "location.country.borders"
+
+
+@pytest.fixture(scope="module")
+def kg_task():
+    from environments.kg import KnowledgeGraphTask
+
+    return KnowledgeGraphTask(split="test", query_processes=1)
+
+
+@pytest.fixture(scope="module")
+def kg_worker(kg_task) -> Iterator[str]:
+    """One query process for the whole worker: a query that kept running would hold it."""
+    with running_worker("kg", {"split": "test", "query_deadline_s": DEADLINE_S,
+                               "query_processes": 1}) as api:
+        assert kg_task.items[0]["entities"] == {RWANDA: "m.0cg3j4kb"}
+        yield api
+
+
+def _query_children() -> dict[int, str]:
+    return processes_with("environments.kg.query_child")
+
+
+def _build_chain(api: str, session_id: int, hops: int) -> None:
+    """#0 = Rwanda's neighbours, #k = the neighbours of #(k-1): each hop multiplies the rows
+    of the next query (10 hops: tens of seconds of CPU for one `get_relations`)."""
+    target = RWANDA
+    for hop in range(hops):
+        out = interact(api, session_id, call("get_neighbors",
+                                             {"variable": target, "relation": BORDERS}))
+        assert f"variable #{hop}" in tool_reply(out), tool_reply(out)
+        target = f"#{hop}"
+
+
+@pytest.mark.slow   # waits the deadline out; tests/environments/kg covers it on a small graph
+def test_an_exploding_query_stops_at_its_deadline(kg_worker):
+    session_id, _ = start(kg_worker, index=0)
+    _build_chain(kg_worker, session_id, 9)
+    out = interact(kg_worker, session_id, call("get_relations", {"variable": "#8"}))
+    assert not out["finish"]
+    assert f"ran past its deadline of {DEADLINE_S} s" in tool_reply(out), tool_reply(out)
+    # The session goes on, and its next (small) query is answered.
+    out = interact(kg_worker, session_id, call("get_relations", {"variable": RWANDA}))
+    assert BORDERS in tool_reply(out)
+    cancel(kg_worker, session_id)
+
+
+def test_cancelling_a_session_stops_its_running_query(kg_worker, kg_task):
+    hog, _ = start(kg_worker, index=0)
+    _build_chain(kg_worker, hog, 9)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(interact, kg_worker, hog, call("get_relations", {"variable": "#8"}))
+        busy = {}
+        for _ in range(200):   # the query process is at work on the hog's query
+            busy = {pid: state for pid, state in _query_children().items() if state == "R"}
+            if busy or running.done():
+                break
+            time.sleep(0.05)
+        assert busy and not running.done()
+        cancel(kg_worker, hog)
+        for _ in range(200):   # SIGKILL was sent before cancel returned; wait for it to land
+            if not set(busy) & set(_query_children()):
+                break
+            time.sleep(0.05)
+        assert not set(busy) & set(_query_children()), "the hog's query process still runs"
+        running.result()
+    # The only query slot is free again: a normal episode plays to the end and wins.
+    from environments.kg.oracle import Oracle
+
+    record = play_one(kg_worker, Oracle(kg_task), 0, session_id=4242)
+    assert record.success, record.reason()
