@@ -118,7 +118,7 @@ class DBTask(Task):
 
     async def episode(self, index: SampleIndex, session: Session) -> EpisodeResult:
         entry = self.entry(index)
-        database = open_database(self.backend, self.memory_limit_bytes)
+        database = open_database(self.backend, self.memory_limit_bytes, self.statement_timeout_s)
         try:
             await database.create(entry)
             session.inject({"role": "system", "content": SYSTEM_PROMPT})
@@ -160,7 +160,7 @@ class DBTask(Task):
 
     async def gold_state(self, entry: dict[str, Any]) -> str:
         """The table hash after the gold SQL on a fresh database of the same backend."""
-        reference = open_database(self.backend, self.memory_limit_bytes)
+        reference = open_database(self.backend, self.memory_limit_bytes, self.statement_timeout_s)
         try:
             await reference.create(entry)
             await reference.execute(gold_sql(entry))
