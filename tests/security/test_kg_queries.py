@@ -3,6 +3,7 @@ or when its session is cancelled, and other sessions are served meanwhile and af
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import time
 from collections.abc import Iterator
@@ -21,7 +22,9 @@ BORDERS = "location.country.borders"
 def kg_task():
     from environments.kg import KnowledgeGraphTask
 
-    return KnowledgeGraphTask(split="test", query_processes=1)
+    task = KnowledgeGraphTask(split="test", query_processes=1)
+    yield task
+    asyncio.run(task.close())
 
 
 @pytest.fixture(scope="module")
