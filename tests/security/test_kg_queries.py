@@ -13,7 +13,8 @@ import pytest
 from environments.oracle import play_one, running_worker
 from tests.security.red_team import call, cancel, interact, processes_with, start, tool_reply
 
-DEADLINE_S = 15
+DEADLINE_S = 600   # the cancel test's query must still run when it is cancelled
+SHORT_DEADLINE_S = 5
 RWANDA = "Rwanda"   # the entity of kg-test sample 0 ("What is the capital of Rwanda?")
 BORDERS = "location.country.borders"
 
@@ -40,28 +41,35 @@ def _query_children() -> dict[int, str]:
     return processes_with("environments.kg.query_child")
 
 
+def _hop(api: str, session_id: int, target: str) -> str:
+    """get_neighbors over borders: #k = the neighbours of #(k-1). It lists the relations of
+    its target first, a query whose rows each hop multiplies (9 hops: ~17 s unloaded)."""
+    return tool_reply(interact(api, session_id, call("get_neighbors",
+                                                      {"variable": target, "relation": BORDERS})))
+
+
 def _build_chain(api: str, session_id: int, hops: int) -> None:
-    """#0 = Rwanda's neighbours, #k = the neighbours of #(k-1): each hop multiplies the rows
-    of the next query (10 hops: tens of seconds of CPU for one `get_relations`)."""
     target = RWANDA
     for hop in range(hops):
-        out = interact(api, session_id, call("get_neighbors",
-                                             {"variable": target, "relation": BORDERS}))
-        assert f"variable #{hop}" in tool_reply(out), tool_reply(out)
+        reply = _hop(api, session_id, target)
+        assert f"variable #{hop}" in reply, reply
         target = f"#{hop}"
 
 
-@pytest.mark.slow   # waits the deadline out; tests/environments/kg covers it on a small graph
-def test_an_exploding_query_stops_at_its_deadline(kg_worker):
-    session_id, _ = start(kg_worker, index=0)
-    _build_chain(kg_worker, session_id, 9)
-    out = interact(kg_worker, session_id, call("get_relations", {"variable": "#8"}))
-    assert not out["finish"]
-    assert f"ran past its deadline of {DEADLINE_S} s" in tool_reply(out), tool_reply(out)
-    # The session goes on, and its next (small) query is answered.
-    out = interact(kg_worker, session_id, call("get_relations", {"variable": RWANDA}))
-    assert BORDERS in tool_reply(out)
-    cancel(kg_worker, session_id)
+@pytest.mark.slow   # waits a deadline out; tests/environments/kg covers it on a small graph
+def test_an_exploding_query_stops_at_its_deadline():
+    with running_worker("kg", {"split": "test", "query_deadline_s": SHORT_DEADLINE_S}) as api:
+        session_id, _ = start(api, index=0)
+        target, reply = RWANDA, ""
+        for hop in range(14):   # whatever the machine's speed, some hop exceeds the deadline
+            reply = _hop(api, session_id, target)
+            if f"variable #{hop}" not in reply:
+                break
+            target = f"#{hop}"
+        assert f"ran past its deadline of {SHORT_DEADLINE_S} s" in reply, reply
+        # The session goes on, and its next (small) query is answered.
+        out = interact(api, session_id, call("get_relations", {"variable": RWANDA}))
+        assert BORDERS in tool_reply(out)
 
 
 def test_cancelling_a_session_stops_its_running_query(kg_worker, kg_task):
