@@ -83,11 +83,33 @@ def _openai_tool_calls(calls: list[tuple[str, dict[str, Any]]]) -> tuple[dict[st
     )
 
 
+MAX_NESTING = 64  # lists and objects inside one another in one call; workers refuse deeper
+
+
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text)
+        return _sendable(json.loads(text))
     except (ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
         raise _Invalid("bad_json", f"invalid JSON: {e}") from None
+
+
+def _sendable(value: Any) -> Any:
+    """`value` if it can travel as UTF-8 JSON: no lone surrogate (`"\\ud800"` parses to one,
+    UTF-8 cannot encode it) and at most MAX_NESTING levels deep; else `_Invalid`."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > MAX_NESTING:
+                raise _Invalid("bad_json", f"JSON nested deeper than {MAX_NESTING} levels")
+            stack.extend((child, depth + 1) for child in
+                         (item if isinstance(item, list) else [*item, *item.values()]))
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _Invalid("bad_json", "JSON text holds a lone surrogate") from None
+    return value
 
 
 def _arguments_object(args: Any) -> dict[str, Any]:
@@ -97,6 +119,7 @@ def _arguments_object(args: Any) -> dict[str, Any]:
             args = json.loads(args)
         except (ValueError, RecursionError):
             raise _Invalid("arguments_not_object", "arguments string is not JSON") from None
+        _sendable(args)
     if not isinstance(args, dict):
         raise _Invalid("arguments_not_object", f"arguments must be an object, got {args!r:.80}")
     return args
@@ -206,6 +229,7 @@ class Glm4Parser:
             args, end = json.JSONDecoder().raw_decode(body)
         except (ValueError, RecursionError) as e:
             raise _Invalid("bad_json", f"invalid JSON arguments for {name!r}: {e}") from None
+        _sendable(args)
         return name, _arguments_object(args), body[end:].strip()
 
 

@@ -124,9 +124,12 @@ class AlfworldTask(Task):
             call = calls[0] if calls else None
             action = (call.arguments or {}).get("action") if call else None
             if call is None or call.name != "take_action" or not isinstance(action, str):
-                problem = ("No executable tool calls found. Please call take_action with one of "
-                           "the available actions." if call is None else
-                           "Invalid call: use take_action with a string argument 'action'.")
+                if call is None:
+                    problem = ("No executable tool calls found. Please call take_action with "
+                               "one of the available actions.")
+                else:
+                    problem = call.error or ("Invalid call: use take_action with a string "
+                                             "argument 'action'.")
                 self._answer(session, calls, problem)
                 return result(SampleStatus.AGENT_VALIDATION_FAILED)
             actions.append(action.strip())

@@ -1,8 +1,9 @@
 """One database per session: SQLite (default) or a database on a shared MySQL/MariaDB server.
 
-Both run blocking driver calls in a thread (`asyncio.to_thread`) so the worker keeps serving
-other sessions, and both answer `execute(sql)` the way AgentBench's dbbench does: the rows as
-`str(list_of_tuples)`, or the error's text, cut at 800 characters with "[TRUNCATED]".
+Both run blocking driver calls on the session's own thread (`SessionCalls`), so the worker
+keeps serving other sessions and no session's queries wait behind another's. Both answer
+`execute(sql)` the way AgentBench's dbbench does: the rows as `str(list_of_tuples)`, or the
+error's text, cut at 800 characters with "[TRUNCATED]".
 
 A table is created from a task's `table` entry. Like AgentBench, every column is TEXT unless the
 task asks for its declared types (`typed_columns`, used by the generated tasks so that numeric
@@ -20,6 +21,18 @@ import urllib.parse
 from typing import Any
 
 from environments.db.grading import combine_table_hashes, rows_hash
+from environments.db.mysql_accounts import (
+    client_host,
+    create_episode_account,
+    drop_episode_account,
+)
+from environments.db.sqlite_guard import (
+    DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_WORKER_HEAP_LIMIT_BYTES,
+    guard,
+    set_worker_heap_limit,
+)
+from environments.worker.blocking import SessionCalls
 
 RESULT_LIMIT = 800
 STATEMENT_TIMEOUT_S = 60.0   # AgentBench wraps each statement in asyncio.wait_for(..., 60)
@@ -71,21 +84,31 @@ class Database:
 
 
 class SQLiteDatabase(Database):
-    """A fresh in-memory SQLite database per session (nothing touches the disk)."""
+    """A fresh in-memory SQLite database per session, fenced in by `sqlite_guard`.
+
+    Nothing touches the disk; the session's statements run on its own thread, each interrupted
+    at its timeout, and closing interrupts a statement still running.
+    """
 
     kind = "sqlite"
 
-    def __init__(self) -> None:
-        # The connection moves between the default executor's threads, one call at a time.
+    def __init__(self, memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+                 worker_heap_limit_bytes: int = DEFAULT_WORKER_HEAP_LIMIT_BYTES) -> None:
+        self._calls = SessionCalls("sqlite")
+        # Created here, used only on the session's thread (one call at a time).
         self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        set_worker_heap_limit(self._conn, worker_heap_limit_bytes)
+        self._guard = guard(self._conn, memory_limit_bytes)
         self._deadline = float("inf")
+        self._closing = False
         self._conn.set_progress_handler(self._over_time, 10_000)
 
     def _over_time(self) -> int:
-        return int(time.monotonic() > self._deadline)   # non-zero interrupts the statement
+        # Non-zero interrupts the statement: past its deadline, or the session is closing.
+        return int(self._closing or time.monotonic() > self._deadline)
 
     async def create(self, entry: dict[str, Any]) -> None:
-        await asyncio.to_thread(self._create, entry)
+        await self._calls.run(self._create, entry)
 
     def _create(self, entry: dict[str, Any]) -> None:
         typed = bool(entry.get("typed_columns"))
@@ -101,7 +124,7 @@ class SQLiteDatabase(Database):
                                    [[_cell(v, typed) for v in row] for row in rows])
 
     async def execute(self, sql: str, timeout: float = STATEMENT_TIMEOUT_S) -> str:
-        return await asyncio.to_thread(self._execute, sql, timeout)
+        return await self._calls.run(self._execute, sql, timeout)
 
     def _execute(self, sql: str, timeout: float) -> str:
         self._deadline = time.monotonic() + timeout
@@ -110,8 +133,10 @@ class SQLiteDatabase(Database):
             text = str(rows)
         except sqlite3.OperationalError as error:
             text = ("Error: SQL execution timed out." if str(error) == "interrupted"
-                    else f"SQLite execution error: {error}")
-        except (sqlite3.Error, ValueError, OverflowError) as error:
+                    else f"SQLite execution error: {self._guard.explain(error)}")
+        except sqlite3.Error as error:
+            text = f"SQLite execution error: {self._guard.explain(error)}"
+        except (ValueError, OverflowError, MemoryError) as error:
             text = f"SQLite execution error: {error}"
         finally:
             self._deadline = float("inf")
@@ -121,7 +146,7 @@ class SQLiteDatabase(Database):
         return truncate(text)
 
     async def fetch_rows(self, table: dict[str, Any]) -> list[tuple]:
-        return await asyncio.to_thread(self._fetch_rows, table)
+        return await self._calls.run(self._fetch_rows, table)
 
     def _fetch_rows(self, table: dict[str, Any]) -> list[tuple]:
         columns = ", ".join(_quote_sqlite(c["name"]) for c in table["table_info"]["columns"])
@@ -132,6 +157,14 @@ class SQLiteDatabase(Database):
             return []   # the agent dropped or renamed the table: it hashes as empty
 
     async def close(self) -> None:
+        self._closing = True     # a statement running now or queued stops at once
+        self._conn.interrupt()
+        try:
+            await self._calls.run(self._close)
+        finally:
+            self._calls.close()
+
+    def _close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
 
@@ -151,23 +184,32 @@ def _cell(value: Any, typed: bool) -> Any:
 
 
 class MySQLDatabase(Database):
-    """A database `dbbench_<random>` on a shared server, dropped when the session ends.
+    """A database and a user `dbbench_<random>` on a shared server, dropped with the session.
 
-    `url` is `mysql://USER:PASSWORD@HOST:PORT` (or `mariadb://…`, or `…?unix_socket=PATH`).
+    `url` is `mysql://USER:PASSWORD@HOST:PORT` (or `mariadb://…`, or `…?unix_socket=PATH`): the
+    worker's account, which creates the episode's own user (`mysql_accounts`); the agent's SQL
+    runs as that user, on the session's thread. Past its timeout a statement is killed.
     """
 
     kind = "mysql"
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, statement_timeout_s: float = STATEMENT_TIMEOUT_S):
         import pymysql  # optional dependency: only the MySQL backend needs it
 
         self._pymysql = pymysql
         self._params = mysql_params(url)
-        self.database = f"dbbench_{secrets.token_hex(8)}"
+        self.database = f"dbbench_{secrets.token_hex(8)}"   # also the episode user's name
+        self._password = secrets.token_urlsafe(18)
+        self._host = "localhost"
+        self._statement_timeout_s = statement_timeout_s
+        self._calls = SessionCalls("mysql")
         self._conn = None
 
-    def _connect(self, database: str | None):
-        conn = self._pymysql.connect(**self._params, database=database, autocommit=True,
+    def _connect(self, database: str | None, as_episode_user: bool = False):
+        params = dict(self._params)
+        if as_episode_user:
+            params.update(user=self.database, password=self._password)
+        conn = self._pymysql.connect(**params, database=database, autocommit=True,
                                      charset="utf8mb4", connect_timeout=10)
         with conn.cursor() as cursor:
             # AgentBench's answer_md5 values were made with MySQL's default of 1024 bytes.
@@ -175,16 +217,18 @@ class MySQLDatabase(Database):
         return conn
 
     async def create(self, entry: dict[str, Any]) -> None:
-        await asyncio.to_thread(self._create, entry)
+        await self._calls.run(self._create, entry)
 
     def _create(self, entry: dict[str, Any]) -> None:
         admin = self._connect(None)
         try:
             with admin.cursor() as cursor:
-                cursor.execute(f"CREATE DATABASE `{self.database}` CHARACTER SET utf8mb4")
+                self._host = client_host(cursor)
+                create_episode_account(cursor, self.database, self._password, self._host,
+                                       self._statement_timeout_s)
         finally:
             admin.close()
-        self._conn = self._connect(self.database)
+        self._conn = self._connect(self.database, as_episode_user=True)
         typed = bool(entry.get("typed_columns"))
         with self._conn.cursor() as cursor:
             for table in tables_of(entry):
@@ -200,10 +244,13 @@ class MySQLDatabase(Database):
                                        [[_cell(v, typed) for v in row] for row in rows])
 
     async def execute(self, sql: str, timeout: float = STATEMENT_TIMEOUT_S) -> str:
+        running = asyncio.ensure_future(self._calls.run(self._execute, sql))
         try:
-            text = await asyncio.wait_for(asyncio.to_thread(self._execute, sql), timeout)
+            text = await asyncio.wait_for(asyncio.shield(running), timeout)
         except TimeoutError:
+            # From the worker's account: the agent may have lifted its max_statement_time.
             await asyncio.to_thread(self._kill_running_query)
+            await asyncio.wait({running}, timeout=10)   # the killed statement returns
             text = "Error: SQL execution timed out."
         return truncate(text)
 
@@ -228,7 +275,7 @@ class MySQLDatabase(Database):
                 admin.close()
 
     async def fetch_rows(self, table: dict[str, Any]) -> list[tuple]:
-        return await asyncio.to_thread(self._fetch_rows, table)
+        return await self._calls.run(self._fetch_rows, table)
 
     def _fetch_rows(self, table: dict[str, Any]) -> list[tuple]:
         columns = ", ".join(map(_quote_mysql, _mysql_columns(table)))
@@ -241,7 +288,7 @@ class MySQLDatabase(Database):
 
     async def server_table_hash(self, entry: dict[str, Any]) -> str:
         """The hash computed by the server with AgentBench's own SQL (a cross-check)."""
-        return await asyncio.to_thread(self._server_table_hash, entry)
+        return await self._calls.run(self._server_table_hash, entry)
 
     def _server_table_hash(self, entry: dict[str, Any]) -> str:
         hashes = []
@@ -256,18 +303,26 @@ class MySQLDatabase(Database):
         return combine_table_hashes(hashes)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._close)
+        """Drops the episode's account first: that also ends a statement still running."""
+        try:
+            await asyncio.to_thread(self._drop_account)
+            await self._calls.run(self._close_connection)
+        finally:
+            self._calls.close()
 
-    def _close(self) -> None:
+    def _drop_account(self) -> None:
         with contextlib.suppress(self._pymysql.err.Error, OSError):
-            if self._conn is not None:
-                self._conn.close()
             admin = self._connect(None)
             try:
                 with admin.cursor() as cursor:
-                    cursor.execute(f"DROP DATABASE IF EXISTS `{self.database}`")
+                    drop_episode_account(cursor, self.database, self._host)
             finally:
                 admin.close()
+
+    def _close_connection(self) -> None:
+        with contextlib.suppress(self._pymysql.err.Error, OSError):
+            if self._conn is not None:
+                self._conn.close()
 
 
 def _quote_mysql(name: str) -> str:
@@ -297,8 +352,12 @@ def mysql_params(url: str) -> dict[str, Any]:
     return params
 
 
-def open_database(url: str | None) -> Database:
-    """A new session database: SQLite when `url` is None or "sqlite", else MySQL/MariaDB."""
+def open_database(url: str | None, memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+                  statement_timeout_s: float = STATEMENT_TIMEOUT_S) -> Database:
+    """A new session database: SQLite when `url` is None or "sqlite", else MySQL/MariaDB.
+
+    `memory_limit_bytes` caps an SQLite episode's database (see `sqlite_guard`).
+    """
     if url in (None, "", "sqlite"):
-        return SQLiteDatabase()
-    return MySQLDatabase(url)
+        return SQLiteDatabase(memory_limit_bytes)
+    return MySQLDatabase(url, statement_timeout_s)

@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl_jax.controller.wire import SampleIndex, SampleStatus
-from environments.db.backends import Database, open_database
+from environments.db.backends import STATEMENT_TIMEOUT_S, Database, open_database
 from environments.db.data import DEFAULT_DATA_DIR, load_split
 from environments.db.grading import answers_match, is_modification, md5_from_result
+from environments.db.sqlite_guard import DEFAULT_MEMORY_LIMIT_BYTES
 from environments.worker.task import EpisodeResult, Session, Task, ToolCall
 
 SYSTEM_PROMPT = """I will ask you a question, then you should help me operate a MySQL database with SQL to answer the question.
@@ -87,18 +88,24 @@ def _first_argument(call: ToolCall, name: str) -> Any:
 
 
 class DBTask(Task):
-    """`split` is "train" or "test"; `backend` None/"sqlite" or a mysql://… URL."""
+    """`split` is "train" or "test"; `backend` None/"sqlite" or a mysql://… URL;
+    `memory_limit_mb` caps each SQLite episode's database; `statement_timeout_s` each
+    statement (AgentBench's 60 s)."""
 
     tools = TOOLS
 
     def __init__(self, split: str = "train", backend: str | None = None, max_rounds: int = 15,
                  train_size: int = 2000, test_size: int = 200, concurrency: int = 32,
-                 data_dir: str | None = None, scratch_dir: str | None = None) -> None:
+                 data_dir: str | None = None, scratch_dir: str | None = None,
+                 memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_BYTES // 2**20,
+                 statement_timeout_s: float = STATEMENT_TIMEOUT_S) -> None:
         self.split = split
         self.name = f"db-{split}"
         self.backend = backend
         self.max_rounds = max_rounds
         self.concurrency = concurrency
+        self.memory_limit_bytes = memory_limit_mb * 2**20
+        self.statement_timeout_s = statement_timeout_s
         self.entries = load_split(split, train_size, test_size, data_dir or DEFAULT_DATA_DIR)
 
     def indices(self) -> list[SampleIndex]:
@@ -111,7 +118,7 @@ class DBTask(Task):
 
     async def episode(self, index: SampleIndex, session: Session) -> EpisodeResult:
         entry = self.entry(index)
-        database = open_database(self.backend)
+        database = open_database(self.backend, self.memory_limit_bytes, self.statement_timeout_s)
         try:
             await database.create(entry)
             session.inject({"role": "system", "content": SYSTEM_PROMPT})
@@ -124,10 +131,11 @@ class DBTask(Task):
                     continue
                 for call in calls:
                     if call.arguments is None:
-                        reply = BAD_ARGUMENTS
+                        reply = call.error or BAD_ARGUMENTS
                     elif call.name == "execute_sql":
                         query = _first_argument(call, "query")
-                        reply = (await database.execute(str(query or ""))
+                        reply = (await database.execute(str(query or ""),
+                                                        self.statement_timeout_s)
                                  or "No response from database.")
                     elif call.name == "commit_final_answer":
                         answers = _first_argument(call, "answers")
@@ -152,7 +160,7 @@ class DBTask(Task):
 
     async def gold_state(self, entry: dict[str, Any]) -> str:
         """The table hash after the gold SQL on a fresh database of the same backend."""
-        reference = open_database(self.backend)
+        reference = open_database(self.backend, self.memory_limit_bytes, self.statement_timeout_s)
         try:
             await reference.create(entry)
             await reference.execute(gold_sql(entry))

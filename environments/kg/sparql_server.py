@@ -3,6 +3,9 @@
 `python -m environments.kg.sparql_server --port 3001` serves the geography graph so that several
 KG workers can share one store (`--param sparql_url=http://127.0.0.1:3001/sparql`), the way
 AgentBench's workers share one Virtuoso. Tests use it as the loopback "remote" endpoint.
+
+The server runs its queries in killable child processes (`query_processes`) with a deadline
+(`--deadline`), so that a client's endless query stops even when the client has gone.
 """
 
 from __future__ import annotations
@@ -14,24 +17,22 @@ import urllib.parse
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
+from environments.kg.query_processes import DEFAULT_DEADLINE_S, QueryDeadline, QueryProcesses
 from environments.kg.sparql import EmbeddedStore
 
 RESULTS_JSON = "application/sparql-results+json"
 
 
-def create_sparql_app(store: EmbeddedStore) -> FastAPI:
-    import pyoxigraph
-
+def create_sparql_app(store: EmbeddedStore | QueryProcesses) -> FastAPI:
     app = FastAPI(title="SPARQL endpoint")
 
     def run(query: str) -> Response:
         try:
-            results = store.store.query(query)
-        except SyntaxError as error:
+            body = store.select_json(query)
+        except (SyntaxError, ValueError) as error:
             return JSONResponse({"error": str(error)}, status_code=400)
-        if not isinstance(results, pyoxigraph.QuerySolutions):
-            return JSONResponse({"error": "only SELECT queries are served"}, status_code=400)
-        body = results.serialize(format=pyoxigraph.QueryResultsFormat.JSON)
+        except QueryDeadline as error:
+            return JSONResponse({"error": str(error)}, status_code=503)
         return Response(body, media_type=RESULTS_JSON)
 
     async def answer(query: str | None) -> Response:
@@ -57,14 +58,22 @@ def create_sparql_app(store: EmbeddedStore) -> FastAPI:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    from environments.kg.dataset import embedded_store
+    from environments.kg.dataset import geography_graph
 
     parser = argparse.ArgumentParser(prog="python -m environments.kg.sparql_server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3001)
+    parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
+                        help="seconds one query may run")
+    parser.add_argument("--processes", type=int, default=8, help="queries run at once")
     args = parser.parse_args(argv)
-    uvicorn.run(create_sparql_app(embedded_store()), host=args.host, port=args.port,
-                log_level="warning")
+    store = QueryProcesses.from_ntriples(geography_graph().to_ntriples(),
+                                         processes=args.processes, deadline_s=args.deadline)
+    try:
+        uvicorn.run(create_sparql_app(store), host=args.host, port=args.port,
+                    log_level="warning")
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":

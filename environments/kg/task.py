@@ -13,6 +13,10 @@ An episode follows AgentBench-FC's `KnowledgeGraph.sync_start_sample`:
 - after `max_rounds` (15) rounds the episode ends with `task limit reached`.
 
 Entity names from the question map to ids; `#k` names the k-th variable made so far.
+
+Each query has a deadline (`query_deadline_s`): past it the query is stopped and the agent reads
+an error observation (or, for the final answer, the episode ends `agent validation failed`).
+Cancelling a session stops its running query (see `query_processes`).
 """
 
 from __future__ import annotations
@@ -25,8 +29,14 @@ from typing import Any
 
 from agentrl_jax.controller.wire import SampleIndex, SampleStatus
 from environments.kg import dataset, prompts
-from environments.kg.sparql import RemoteEndpoint, SparqlBackend
+from environments.kg.query_processes import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_PROCESSES,
+    QueryProcesses,
+)
+from environments.kg.sparql import RemoteEndpoint
 from environments.kg.tools import TOOL_PARAMETERS, Schema, ToolBox, Variable
+from environments.worker.blocking import SessionCalls
 from environments.worker.task import EpisodeResult, Session, Task, ToolCall
 
 log = logging.getLogger(__name__)
@@ -43,14 +53,20 @@ def f1_score(predicted: set[str], gold: set[str]) -> float:
 
 
 class KnowledgeGraphTask(Task):
-    """Serves one split of the KG questions; `sparql_url` points the tools at a remote store."""
+    """Serves one split of the KG questions; `sparql_url` points the tools at a remote store.
+
+    `query_deadline_s` bounds each query; `query_processes` is how many queries on the embedded
+    graph run at once in the whole worker (each in a child process, see `query_processes`).
+    """
 
     concurrency = 32   # AgentRL's per-worker KG concurrency
     tools = prompts.TOOLS
 
     def __init__(self, split: str = "train", seed: int = 0, max_rounds: int = 15,
                  one_shot: bool | None = None, sparql_url: str | None = None,
-                 data_file: str | None = None, concurrency: int | None = None) -> None:
+                 data_file: str | None = None, concurrency: int | None = None,
+                 query_deadline_s: float = DEFAULT_DEADLINE_S,
+                 query_processes: int = DEFAULT_PROCESSES) -> None:
         if split not in ("train", "test"):
             raise ValueError(f"split is 'train' or 'test', not {split!r}")
         self.split = split
@@ -64,8 +80,11 @@ class KnowledgeGraphTask(Task):
                 self.items: list[dict] = json.load(handle)
         else:
             self.items = dataset.questions(seed)[split]
-        self.backend: SparqlBackend = (RemoteEndpoint(sparql_url) if sparql_url
-                                       else dataset.embedded_store())
+        self.backend: RemoteEndpoint | QueryProcesses = (
+            RemoteEndpoint(sparql_url, timeout_s=query_deadline_s) if sparql_url
+            else QueryProcesses.from_ntriples(dataset.geography_graph().to_ntriples(),
+                                              processes=query_processes,
+                                              deadline_s=query_deadline_s))
         self._schema: Schema | None = None
 
     def indices(self) -> list[SampleIndex]:
@@ -77,8 +96,7 @@ class KnowledgeGraphTask(Task):
         return self._schema
 
     async def close(self) -> None:
-        if isinstance(self.backend, RemoteEndpoint):
-            self.backend.close()
+        self.backend.close()
 
     async def episode(self, index: SampleIndex, session: Session) -> EpisodeResult:
         if not isinstance(index, int) or not 0 <= index < len(self.items):
@@ -90,9 +108,17 @@ class KnowledgeGraphTask(Task):
         return await self.play(spec, session)
 
     async def play(self, item: dict[str, Any], session: Session) -> EpisodeResult:
+        queries, calls = self.backend.session(), SessionCalls("kg")
+        try:
+            return await self._play(item, session, ToolBox(queries, await self.schema()), calls)
+        finally:
+            queries.close()   # stops a query still running when the episode is cancelled
+            calls.close()
+
+    async def _play(self, item: dict[str, Any], session: Session, toolbox: ToolBox,
+                    calls_of_session: SessionCalls) -> EpisodeResult:
         entities: dict[str, str] = item["entities"]
         gold = {answer["answer_argument"] for answer in item["answer"]}
-        toolbox = ToolBox(self.backend, await self.schema())
         variables: list[Variable] = []
 
         session.inject({"role": "system",
@@ -117,8 +143,8 @@ class KnowledgeGraphTask(Task):
                                          {"rounds": round_number, "score": 0.0,
                                           "error": f"no variable #{number}"})
                 try:
-                    predicted = set(await asyncio.to_thread(toolbox.final_execute,
-                                                            variables[number]))
+                    predicted = set(await calls_of_session.run(toolbox.final_execute,
+                                                               variables[number]))
                 except Exception as error:   # a program the store cannot run
                     log.info("final answer #%d failed: %s", number, error)
                     return EpisodeResult(SampleStatus.AGENT_VALIDATION_FAILED, 0.0,
@@ -129,14 +155,17 @@ class KnowledgeGraphTask(Task):
                                      {"rounds": round_number, "score": f1_score(predicted, gold),
                                       "correct": correct, "answers": len(predicted)})
             for call in calls:
-                content = await self._run_tool(call, toolbox, variables, entities)
+                content = await self._run_tool(call, toolbox, variables, entities,
+                                               calls_of_session)
                 session.inject({"role": "tool", "tool_call_id": call.id, "content": content})
         return EpisodeResult(SampleStatus.TASK_LIMIT_REACHED, 0.0,
                              {"rounds": self.max_rounds, "score": 0.0})
 
     async def _run_tool(self, call: ToolCall, toolbox: ToolBox, variables: list[Variable],
-                        entities: dict[str, str]) -> str:
+                        entities: dict[str, str], calls_of_session: SessionCalls) -> str:
         """One tool call's observation, or the error text AgentBench-FC answers with."""
+        if call.error:
+            return call.error
         if call.arguments is None:
             try:
                 json.loads(call.raw_arguments)
@@ -153,7 +182,7 @@ class KnowledgeGraphTask(Task):
                     f"Error processing arguments for {call.name}")
         try:
             arguments = [_resolve(value, variables, entities) for value in values]
-            variable, observation = await asyncio.to_thread(
+            variable, observation = await calls_of_session.run(
                 getattr(toolbox, call.name), *arguments)
         except Exception as error:   # the agent's mistake, reported back as AgentBench does
             return f"Error processing tool call: {error}"

@@ -22,7 +22,6 @@ episode with WebShop's reward.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from environments.webshop.reward import get_reward
@@ -35,7 +34,6 @@ PREV_PAGE = "< Prev"
 BACK_TO_SEARCH = "Back to Search"
 SUB_PAGES = ("Description", "Features", "Reviews")
 PRODUCT_WINDOW = 10
-ACTION_PATTERN = re.compile(r"(.+)\[(.+)\]")   # WebShop's parse_action
 
 
 class Shop:
@@ -66,8 +64,19 @@ class Page:
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
-    match = ACTION_PATTERN.match(action)
-    return (action, None) if match is None else (match.group(1), match.group(2))
+    """WebShop's `re.match(r"(.+)\\[(.+)\\]", action)` as (name, argument), in linear time.
+
+    The regex backtracks quadratically (`"[" * 100_000` froze a worker for ~20 s). Its answer,
+    on the first line (`.` stops at a newline): the argument ends at the line's last `]`, and
+    starts after the last `[` that leaves a name of at least one character before it and an
+    argument of at least one character after it. No such pair: (action, None).
+    """
+    line = action.split("\n", 1)[0]
+    close = line.rfind("]")
+    open_ = line.rfind("[", 1, close - 1) if close >= 3 else -1
+    if open_ == -1:
+        return action, None
+    return line[:open_], line[open_ + 1:close]
 
 
 class Browser:

@@ -11,7 +11,8 @@ The episode follows AgentBench's `src/server/tasks/webshop/task.py` (function-ca
 - no tool call: the next round's user message observes "No executable tool calls found! You
   should call a tool instead."; a call whose arguments are not a JSON object with a value: the
   user message "No valid tool call found from agent." and the page again; an unknown tool: the
-  page again. None of these ends the episode, as in AgentBench;
+  page again; arguments longer than the limit of `agent_input`: a user message saying so. None
+  of these ends the episode, as in AgentBench;
 - `Buy Now` ends it `completed` with WebShop's reward in [0, 1]; after 20 rounds without a
   purchase the last call is answered "Task limit reached." and the status is `task limit
   reached` with reward 0.
@@ -22,7 +23,6 @@ ignored." (AgentBench leaves them unanswered), so every call has its tool messag
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pathlib
 from typing import Any
@@ -30,6 +30,8 @@ from typing import Any
 from agentrl_jax.controller.wire import SampleIndex, SampleStatus
 from environments.webshop import data
 from environments.webshop.site import Browser, Shop
+from environments.worker.agent_input import argument_error
+from environments.worker.blocking import SessionCalls
 from environments.worker.task import EpisodeResult, Session, Task
 
 MAX_ROUNDS = 20
@@ -72,12 +74,19 @@ TOOLS = [
 ]
 
 
+class ArgumentsRefused(ValueError):
+    """The call's arguments are over the length limit; the message is for the agent."""
+
+
 def action_of(call: dict[str, Any]) -> tuple[str | None, str | None]:
     """(action, call id) of an OpenAI tool call, AgentBench's way; raises when malformed.
 
     The first argument's value is the keyword or the clicked value, whatever its name.
     """
     function = call["function"]
+    if isinstance(function["arguments"], str) and (
+            refusal := argument_error(function["arguments"])):
+        raise ArgumentsRefused(refusal)
     arguments = list(json.loads(function["arguments"]).values())
     call_id = call["id"]
     if function["name"] == "search_action":
@@ -115,6 +124,14 @@ class WebShopTask(Task):
         return self.goals[index]
 
     async def episode(self, index: SampleIndex, session: Session) -> EpisodeResult:
+        calls_of_session = SessionCalls("webshop")
+        try:
+            return await self._play(index, session, calls_of_session)
+        finally:
+            calls_of_session.close()
+
+    async def _play(self, index: SampleIndex, session: Session,
+                    calls_of_session: SessionCalls) -> EpisodeResult:
         browser = Browser(self.shop, self.goal(index))
         session.inject({"role": "system", "content": SYSTEM_PROMPT})
         observation = browser.observation
@@ -153,6 +170,9 @@ class WebShopTask(Task):
                 continue
             try:
                 action, call_id = action_of(calls[0])
+            except ArgumentsRefused as error:
+                session.inject({"role": "user", "content": str(error)})
+                continue
             except Exception:   # AgentBench catches everything here
                 session.inject({"role": "user", "content": INVALID_TOOL_CALL})
                 continue
@@ -160,7 +180,7 @@ class WebShopTask(Task):
             if action is None:
                 continue
             actions.append(action)
-            observation, reward, done = await asyncio.to_thread(browser.step, action)
+            observation, reward, done = await calls_of_session.run(browser.step, action)
             if done:
                 self._answer_extras(session, extra_ids)
                 return result(SampleStatus.COMPLETED, reward, round_number + 1)

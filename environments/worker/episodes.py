@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from agentrl_jax.controller.wire import Message, SampleIndex, SampleStatus, WorkerEnvOutput
+from environments.worker.agent_input import InvalidAgentTurn, check_turn
 from environments.worker.task import EpisodeResult, Session, Task
 
 log = logging.getLogger(__name__)
@@ -88,16 +89,35 @@ class EpisodeTable:
         turn = entry.session.expect_turn()
         entry.task = asyncio.create_task(self._run(entry, custom_task))
         self._entries[session_id] = entry
-        return await self._finish_call(entry, turn)
+        return await self._finish_call(entry, turn, SampleStatus.TASK_ERROR)
 
     async def interact(self, session_id: int, messages: list[Message]) -> WorkerEnvOutput:
+        """Delivers the agent's turn; a turn no environment can act on ends the episode.
+
+        A step that runs past the call timeout after the agent's turn is charged to the agent
+        (`agent invalid action`): it is the agent's action that took that long. At the start
+        nothing the agent did is running, so a timeout there is the environment's own.
+        """
         entry = self._get(session_id)
         if entry.busy or not entry.session.waiting_for_agent:
             raise SessionBusy(session_id)
+        try:
+            check_turn(messages)
+        except InvalidAgentTurn as error:
+            await self.cancel(session_id, SampleStatus.AGENT_VALIDATION_FAILED, str(error))
+            return self._output(entry)
         entry.busy = True
         turn = entry.session.expect_turn()
         entry.session.deliver(messages)
-        return await self._finish_call(entry, turn)
+        return await self._finish_call(entry, turn, SampleStatus.AGENT_INVALID_ACTION)
+
+    async def reject(self, session_id: int, reason: str) -> WorkerEnvOutput:
+        """Ends a session whose turn could not even be read (see `agent_input`)."""
+        entry = self._get(session_id)
+        if entry.busy:
+            raise SessionBusy(session_id)
+        await self.cancel(session_id, SampleStatus.AGENT_VALIDATION_FAILED, reason)
+        return self._output(entry)
 
     async def cancel(self, session_id: int, status: SampleStatus = SampleStatus.CANCELLED,
                      reason: str | None = None) -> None:
@@ -145,14 +165,16 @@ class EpisodeTable:
             raise SessionUnknown(session_id)
         return entry
 
-    async def _finish_call(self, entry: _Entry, turn: asyncio.Future[None]) -> WorkerEnvOutput:
+    async def _finish_call(self, entry: _Entry, turn: asyncio.Future[None],
+                           timeout_status: SampleStatus) -> WorkerEnvOutput:
         """Waits until the episode yields to the agent or ends, then builds the answer."""
         try:
             await asyncio.wait_for(turn, self.call_timeout_s)
         except TimeoutError:
             if self._entries.get(entry.session.id) is entry:
-                await self.cancel(entry.session.id, SampleStatus.TASK_ERROR,
-                                  reason=f"environment step exceeded {self.call_timeout_s} s")
+                await self.cancel(entry.session.id, timeout_status,
+                                  reason=f"step exceeded the call time limit of "
+                                         f"{self.call_timeout_s} s")
         finally:
             entry.busy = False
             entry.last_active = time.monotonic()

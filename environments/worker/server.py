@@ -27,8 +27,10 @@ from agentrl_jax.controller.wire import (
     WorkerSessionRequest,
     WorkerStartSampleRequest,
     json_response,
+    parse_model,
     read_model,
 )
+from environments.worker.agent_input import session_of_unreadable_turn
 from environments.worker.episodes import (
     EpisodeTable,
     SessionBusy,
@@ -117,9 +119,25 @@ def create_worker_app(task: Task, config: WorkerConfig | None = None) -> FastAPI
             raise HTTPException(400, "session id already exists") from None
         return json_response(output, headers={"session_id": str(body.session_id)})
 
+    async def reject_unreadable(raw: bytes, error: HTTPException) -> WorkerInteractResponse:
+        """A turn the wire parser refused ends its session as the agent's failure (or 422)."""
+        session_id = session_of_unreadable_turn(raw)
+        if session_id is None:
+            raise error
+        try:
+            output = await table.reject(session_id, f"the turn could not be read: "
+                                                    f"{str(error.detail)[:300]}")
+        except (SessionUnknown, SessionBusy):
+            raise error from None
+        return WorkerInteractResponse(session_id=session_id, env_out=output)
+
     @api.post("/interact")
     async def interact(request: Request):
-        body = await read_model(request, WorkerInteractRequest)
+        raw = await request.body()
+        try:
+            body = parse_model(raw, WorkerInteractRequest)
+        except HTTPException as error:
+            return json_response(await reject_unreadable(raw, error))
         try:
             output = await table.interact(body.session_id, body.messages)
         except SessionUnknown:

@@ -22,16 +22,21 @@ import json
 from typing import Any
 
 from agentrl_jax.controller.wire import Message, SampleIndex, SampleStatus
+from environments.worker.agent_input import argument_error
 
 
 @dataclasses.dataclass(frozen=True)
 class ToolCall:
-    """One function call of an assistant message; `arguments` is None when not a JSON object."""
+    """One function call of an assistant message; `arguments` is None when not a JSON object.
+
+    `error` says why the arguments were refused unparsed (too long), for the agent to read.
+    """
 
     id: str
     name: str
     arguments: dict[str, Any] | None
     raw_arguments: str
+    error: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,15 +63,19 @@ class AgentTurn:
             function = call["function"]
             raw = function.get("arguments")
             raw = raw if isinstance(raw, str) else json.dumps(raw)
-            try:
-                arguments = json.loads(raw)
-            except ValueError:
-                arguments = None
+            error = argument_error(raw)
+            arguments = None
+            if error is None:
+                try:
+                    arguments = json.loads(raw)
+                except (ValueError, RecursionError):
+                    arguments = None
             calls.append(ToolCall(
                 id=str(call.get("id", position)),
                 name=str(function.get("name", "")),
                 arguments=arguments if isinstance(arguments, dict) else None,
                 raw_arguments=raw,
+                error=error,
             ))
         return calls
 

@@ -93,6 +93,30 @@ def test_hermes_malformed(text, kind):
     assert result.message
 
 
+@pytest.mark.parametrize("parser, text", [
+    (HermesParser(), '<tool_call>{"name": "f", "arguments": {"x": "\\ud800"}}</tool_call>'),
+    (HermesParser(), '<tool_call>{"name": "f", "arguments": "{\\"x\\": \\"\\\\udfff\\"}"}'
+                     '</tool_call>'),
+    (HermesParser(), '<tool_call>{"name": "f", "arguments": {"x": %s}}</tool_call>'
+                     % ("[" * 500 + "]" * 500)),
+    (Glm4Parser(), 'f\n{"x": "\\ud800"}'),
+    (Glm4Parser(), 'f\n{"x": %s}' % ("[" * 100 + "]" * 100)),
+])
+def test_calls_that_cannot_travel_as_utf8_json_are_bad_json(parser, text):
+    """A lone surrogate escape or absurd nesting is the model's malformed call, not a crash of
+    the client that would have to encode it (UTF-8 cannot) or of the worker that would parse it."""
+    result = parser.parse(text)
+    assert isinstance(result, ToolParseError) and result.kind == "bad_json", result
+
+
+def test_surrogate_pairs_and_moderate_nesting_still_parse():
+    text = ('<tool_call>{"name": "f", "arguments": {"x": "\\ud83d\\ude00", "y": %s}}'
+            '</tool_call>' % ("[" * 60 + "]" * 60))
+    result = HermesParser().parse(text)
+    assert isinstance(result, ParsedTurn)
+    assert json.loads(result.tool_calls[0]["function"]["arguments"])["x"] == "\U0001f600"
+
+
 def test_one_bad_call_fails_the_turn():
     text = ('<tool_call>{"name": "f", "arguments": {}}</tool_call>'
             '<tool_call>{"name": "g", "arguments": 3}</tool_call>')

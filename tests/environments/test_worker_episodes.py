@@ -49,6 +49,20 @@ class SlowTask(Task):
         return EpisodeResult()
 
 
+class SlowToolTask(Task):
+    """Answers the start at once; the agent's first action then takes an hour."""
+
+    name = "slow-tool"
+
+    def indices(self):
+        return [0]
+
+    async def episode(self, index, session):
+        await session.action()
+        await asyncio.sleep(3600)
+        return EpisodeResult()
+
+
 class BrokenTask(Task):
     name = "broken"
 
@@ -154,6 +168,18 @@ def test_call_timeout_ends_episode_with_task_error():
         out = await table.start(1, 0)
         assert out.finish and out.status == "task error"
         assert "exceeded" in out.metric["error"]
+        assert table.current == 0
+
+    asyncio.run(main())
+
+
+def test_action_past_the_call_timeout_is_the_agents():
+    async def main():
+        table = EpisodeTable(SlowToolTask(), call_timeout_s=0.05)
+        assert (await table.start(1, 0)).status == "running"
+        out = await table.interact(1, [{"role": "assistant", "content": "sleep 3600"}])
+        assert out.finish and out.status == SampleStatus.AGENT_INVALID_ACTION
+        assert "call time limit" in out.metric["error"]
         assert table.current == 0
 
     asyncio.run(main())

@@ -2,18 +2,15 @@
 
 Skips (with the reason) when the MariaDB server binaries are not installed
 (`apt-get install mariadb-server`). The server runs from a temporary data directory on a
-Unix socket only, and is stopped at the end.
+Unix socket only, as an unprivileged user, and is stopped at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,44 +19,25 @@ import pytest
 from environments.db.backends import MySQLDatabase
 from environments.db.data import load_split
 from environments.db.grading import md5_from_result
+from environments.db.mariadb_server import INSTALL_DB, SERVER, MariaDBServer
 from environments.db.oracle import Oracle
 from environments.oracle import play_all, play_one, running_worker, tool_call_message
 
 pymysql = pytest.importorskip("pymysql", reason="the MySQL backend needs PyMySQL")
 
 DEV = Path(__file__).resolve().parents[3].parent / "shared/data/agentbench/dbbench/dev.jsonl"
-SERVER = shutil.which("mariadbd") or shutil.which("mysqld", path="/usr/sbin:/usr/bin")
-INSTALL_DB = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
 
 
 @pytest.fixture(scope="module")
 def mariadb_url() -> Iterator[str]:
+    """The worker's account on a private server (`environments.db.mariadb_server`)."""
     if not (SERVER and INSTALL_DB):
         pytest.skip("MariaDB server binaries not found (Debian: apt-get install mariadb-server)")
     root = tempfile.mkdtemp(prefix="mdb")   # short: a Unix socket path has ~100 bytes
-    user = ["--user=root"] if os.geteuid() == 0 else []
-    subprocess.run([INSTALL_DB, "--no-defaults", f"--datadir={root}/data", "--skip-test-db",
-                    "--auth-root-authentication-method=normal", *user],
-                   check=True, capture_output=True)
-    socket = f"{root}/mysqld.sock"
-    server = subprocess.Popen([SERVER, "--no-defaults", f"--datadir={root}/data",
-                               f"--socket={socket}", "--skip-networking", "--skip-log-bin",
-                               f"--pid-file={root}/mysqld.pid", *user],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                pymysql.connect(unix_socket=socket, user="root").close()
-                break
-            except pymysql.err.OperationalError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("MariaDB did not start")
-                time.sleep(0.2)
-        yield f"mysql://root@localhost?unix_socket={socket}"
+        with MariaDBServer(root) as server:
+            yield server.admin_url
     finally:
-        server.terminate()
-        server.wait(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
 
 

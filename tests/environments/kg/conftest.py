@@ -47,9 +47,13 @@ def serve_in_thread(app) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def test_task():
     """The test split's task in this process (builds the store; questions from the cache)."""
+    import asyncio
+
     from environments.kg import KnowledgeGraphTask
 
-    return KnowledgeGraphTask(split="test")
+    task = KnowledgeGraphTask(split="test")
+    yield task
+    asyncio.run(task.close())   # its query processes and on-disk store
 
 
 @pytest.fixture(scope="session")
