@@ -1,9 +1,16 @@
-"""An in-process fleet for tests: a controller and task workers, each uvicorn in a thread."""
+"""Test support: an in-process fleet (a controller and task workers, each uvicorn in a thread),
+and a loopback proxy that breaks a worker's connections."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
+import socket
+import struct
+import threading
 import time
+import urllib.parse
 
 import httpx
 
@@ -35,13 +42,20 @@ class ThreadFleet:
         return self.controller.app.state.controller
 
     def add_worker(self, task: Task | None = None, concurrency: int | None = 4,
-                   **settings) -> ServerThread:
+                   proxy: ResettingProxy | None = None, **settings) -> ServerThread:
+        """Starts a worker; behind `proxy` it registers the proxy's address as its own."""
         task = task or EchoTask(rounds=3)
-        worker = ServerThread(make_app=lambda api: create_worker_app(task, WorkerConfig(
-            controller_api=self.url, self_api=api, concurrency=concurrency,
-            heartbeat_interval_s=0.2, **settings))).start()
+        registered: list[str] = []
+
+        def make_app(api: str):
+            registered.append(proxy.forward_to(api) if proxy else api)
+            return create_worker_app(task, WorkerConfig(
+                controller_api=self.url, self_api=registered[0], concurrency=concurrency,
+                heartbeat_interval_s=0.2, **settings))
+
+        worker = ServerThread(make_app=make_app).start()
         self.workers.append(worker)
-        self.wait_for(lambda: any(w["address"] == worker.api and w["status"] == "alive"
+        self.wait_for(lambda: any(w["address"] == registered[0] and w["status"] == "alive"
                                   for ws in self.list_workers().values() for w in ws))
         return worker
 
@@ -74,3 +88,104 @@ def echo_call(text: str, call_id: str = "0") -> dict:
     return {"role": "assistant", "content": "",
             "tool_calls": [{"id": call_id, "type": "function",
                             "function": {"name": "echo", "arguments": json.dumps({"text": text})}}]}
+
+
+class ResettingProxy:
+    """A loopback HTTP/1.1 proxy in front of one worker that breaks connections at random.
+
+    Per request, with probability `drop_request`, the client's connection is reset (RST) and
+    the request never forwarded; after a response, with probability `close_after`, the
+    connection is closed without `Connection: close` (what uvicorn does after a 500), so a
+    client that sends on it again meets a reset. The worker only ever sees requests whose
+    answers reach the client, so every fault here is the network's, never a session's.
+    Requests and responses must carry Content-Length (aiohttp's and uvicorn's do).
+    """
+
+    def __init__(self, drop_request: float = 0.1, close_after: float = 0.2,
+                 seed: int = 0) -> None:
+        self.drop_request = drop_request
+        self.close_after = close_after
+        self.counts = {"requests": 0, "reset": 0, "closed_after": 0}
+        self._rng = random.Random(seed)
+        self._upstream: tuple[str, int] | None = None
+        self._loop = asyncio.new_event_loop()
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
+        self._thread.start()
+        ready.wait(10)
+
+    def forward_to(self, api: str) -> str:
+        """Points the proxy at the worker whose API is `api`; returns the proxy's API URL."""
+        url = urllib.parse.urlsplit(api)
+        self._upstream = (url.hostname, url.port)
+        return f"http://127.0.0.1:{self.port}{url.path}"
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(asyncio.start_server(self._relay, sock=self._sock))
+        ready.set()
+        self._loop.run_forever()
+
+    async def _relay(self, client_in: asyncio.StreamReader,
+                     client_out: asyncio.StreamWriter) -> None:
+        upstream = None
+        try:
+            while True:
+                request = await _read_message(client_in)
+                if request is None:
+                    return
+                self.counts["requests"] += 1
+                if self._rng.random() < self.drop_request:
+                    self.counts["reset"] += 1
+                    _reset(client_out)
+                    return
+                if upstream is None:
+                    upstream = await asyncio.open_connection(*self._upstream)
+                upstream[1].write(request)
+                await upstream[1].drain()
+                response = await _read_message(upstream[0])
+                if response is None:
+                    _reset(client_out)
+                    return
+                client_out.write(response)
+                await client_out.drain()
+                if self._rng.random() < self.close_after:
+                    self.counts["closed_after"] += 1
+                    return
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            _reset(client_out)
+        finally:
+            client_out.close()
+            if upstream is not None:
+                upstream[1].close()
+
+
+async def _read_message(stream: asyncio.StreamReader) -> bytes | None:
+    """One HTTP/1.1 message (head and Content-Length body); None at a clean end of stream."""
+    try:
+        head = await stream.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as eof:
+        if eof.partial:
+            raise
+        return None
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    return head + await stream.readexactly(length)
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Closes with a TCP reset rather than a FIN."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()

@@ -177,7 +177,7 @@ def test_string_indices_are_mapped_to_ints(make_fleet):
             assert sample.messages[0]["content"] == "index c"
             with pytest.raises(ControllerRequestError) as bad:
                 await c.start_sample("letters", 3)
-            assert bad.value.status_code == 400
+            assert bad.value.status_code == 404
 
     asyncio.run(main())
 
