@@ -268,31 +268,34 @@ class Controller:
         """After a failed interact: the worker's answer, the rebuilt reply, or None (ended).
 
         One that certainly did not reach the worker is sent again on a fresh connection; one
-        that may have is judged from the worker's session status (`recovery`).
+        that may have is judged from the worker's session status (`recovery`) and sent again
+        only when the worker shows it never took it. Up to `retry_attempts` rounds, with
+        back-off; then the worker counts as unreachable.
         """
         url = session.worker.address + "/interact"
-        if not reached_worker(error):
-            try:
-                return await self._guarded(session, self.http.post(url, body, fresh=True))
-            except TRANSPORT_ERRORS as again:   # TimeoutError included
-                error = again
-                if not reached_worker(again):
-                    self._lost_worker(session, again)
-                    return None
-        verdict = await self._judge(session, messages)
-        if verdict is None:
-            return None
-        if verdict.outcome is Outcome.NOT_APPLIED:
-            try:
-                return await self._guarded(session, self.http.post(url, body, fresh=True))
-            except TRANSPORT_ERRORS as again:
-                self._lost_worker(session, again)
+        for attempt in range(self.http.retry_attempts):
+            if attempt:
+                await asyncio.sleep(self.http.retry_backoff_s * 2 ** (attempt - 1))
+            verdict = Verdict(Outcome.NOT_APPLIED) if not reached_worker(error) else \
+                await self._judge(session, messages)
+            if verdict is None:
                 return None
-        if verdict.outcome is Outcome.APPLIED and verdict.output is not None:
-            return verdict.output
-        self._end_on_worker_error(session, f"the reply to this turn was lost "
-                                           f"({verdict.outcome.value} on the worker): "
-                                           f"{error!r}")
+            if verdict.outcome is Outcome.APPLIED and verdict.output is not None:
+                return verdict.output
+            if verdict.outcome is not Outcome.NOT_APPLIED:
+                self._end_on_worker_error(session, f"the reply to this turn was lost "
+                                                   f"({verdict.outcome.value} on the worker): "
+                                                   f"{error!r}")
+                return None
+            try:
+                return await self._guarded(session, self.http.post(url, body, fresh=True))
+            except TimeoutError:
+                self._end_on_worker_error(session, f"worker call exceeded "
+                                                   f"{self.config.interaction_timeout_s} s")
+                return None
+            except TRANSPORT_ERRORS as again:
+                error = again
+        self._lost_worker(session, error)
         return None
 
     async def _judge(self, session: SessionRecord, messages: list[Message]) -> Verdict | None:

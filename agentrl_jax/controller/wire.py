@@ -134,8 +134,8 @@ class _FunctionCall(TypedDict):
 
 class _ToolCall(TypedDict):
     __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
-    id: NotRequired[str]
-    type: NotRequired[Literal["function"]]
+    id: str
+    type: Literal["function"]
     function: _FunctionCall
 
 

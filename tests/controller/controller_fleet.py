@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pathlib
 import random
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -84,6 +89,64 @@ class ThreadFleet:
             server.stop()
 
 
+AGENTRL_TASKS = pathlib.Path(__file__).parent / "agentrl_tasks"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class AgentRLWorker:
+    """AgentRL's own task worker (`python -m agentrl.worker calculator`) as a subprocess.
+
+    It listens on `port` and registers `address` (its own API, or a proxy's). AgentRL's worker
+    beats every 8 s (fixed) and sends no worker id.
+    """
+
+    def __init__(self, controller_url: str, tmp_dir: pathlib.Path, concurrency: int = 4,
+                 proxy: ResettingProxy | None = None) -> None:
+        self.controller_url = controller_url
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}/api"
+        self.address = proxy.forward_to(self.api) if proxy else self.api
+        self.config = tmp_dir / f"calculator-{self.port}.yaml"
+        self.config.write_text("calculator:\n  module: calculator.CalculatorTask\n"
+                               f"  parameters:\n    concurrency: {concurrency}\n")
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> AgentRLWorker:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agentrl.worker", "calculator", "-c", str(self.config),
+             "--controller", self.controller_url, "--self", self.address,
+             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "ERROR"],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                [str(AGENTRL_TASKS), os.environ.get("PYTHONPATH", "")])},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def multiply_call(a: int, b: int, call_id: str = "call-0") -> dict:
+    """The calculator task's first agent turn."""
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": "multiply",
+                                         "arguments": json.dumps({"a": a, "b": b})}}]}
+
+
 def echo_call(text: str, call_id: str = "0") -> dict:
     return {"role": "assistant", "content": "",
             "tool_calls": [{"id": call_id, "type": "function",
@@ -124,14 +187,24 @@ class ResettingProxy:
         return f"http://127.0.0.1:{self.port}{url.path}"
 
     def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        self._loop.close()
 
     def _serve(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(asyncio.start_server(self._relay, sock=self._sock))
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._relay, sock=self._sock))
         ready.set()
         self._loop.run_forever()
+
+    async def _shutdown(self) -> None:
+        self._server.close()
+        relays = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for relay in relays:
+            relay.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
 
     async def _relay(self, client_in: asyncio.StreamReader,
                      client_out: asyncio.StreamWriter) -> None:
