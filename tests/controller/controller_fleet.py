@@ -160,15 +160,22 @@ class ResettingProxy:
     the request never forwarded; after a response, with probability `close_after`, the
     connection is closed without `Connection: close` (what uvicorn does after a 500), so a
     client that sends on it again meets a reset. The worker only ever sees requests whose
-    answers reach the client, so every fault here is the network's, never a session's.
+    answers reach the client, so these faults are the network's, never a session's.
+
+    With probability `delay_reply`, the reply to a start_sample or interact is held `delay_s`
+    (past the controller's timeout, to make one); that session's id joins `delayed_sessions`:
+    unlike the others, this fault does cost the session.
     Requests and responses must carry Content-Length (aiohttp's and uvicorn's do).
     """
 
     def __init__(self, drop_request: float = 0.1, close_after: float = 0.2,
-                 seed: int = 0) -> None:
+                 delay_reply: float = 0.0, delay_s: float = 0.0, seed: int = 0) -> None:
         self.drop_request = drop_request
         self.close_after = close_after
-        self.counts = {"requests": 0, "reset": 0, "closed_after": 0}
+        self.delay_reply = delay_reply
+        self.delay_s = delay_s
+        self.delayed_sessions: set[int] = set()
+        self.counts = {"requests": 0, "reset": 0, "closed_after": 0, "delayed": 0}
         self._rng = random.Random(seed)
         self._upstream: tuple[str, int] | None = None
         self._loop = asyncio.new_event_loop()
@@ -227,6 +234,12 @@ class ResettingProxy:
                 if response is None:
                     _reset(client_out)
                     return
+                if self.delay_reply and self._rng.random() < self.delay_reply:
+                    delayed = _session_of(request)
+                    if delayed is not None:
+                        self.delayed_sessions.add(delayed)
+                        self.counts["delayed"] += 1
+                        await asyncio.sleep(self.delay_s)
                 client_out.write(response)
                 await client_out.drain()
                 if self._rng.random() < self.close_after:
@@ -254,6 +267,18 @@ async def _read_message(stream: asyncio.StreamReader) -> bytes | None:
         if name.strip().lower() == b"content-length":
             length = int(value.strip())
     return head + await stream.readexactly(length)
+
+
+def _session_of(request: bytes) -> int | None:
+    """The session id of a start_sample or interact request to a worker, else None."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
+    if not path.endswith((b"/interact", b"/start_sample")):
+        return None
+    try:
+        return int(json.loads(body)["session_id"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
