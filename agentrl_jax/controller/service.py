@@ -1,10 +1,13 @@
 """The controller's protocol operations: start, interact, cancel, heartbeat; no HTTP server here.
 
-Every call to a worker goes through one pooled client (`worker_http.WorkerHTTP`). A call in
-flight is kept on its session (`SessionRecord.call`) so that the session can end while it
-waits: when the worker is declared dead, or the trainer cancels, the call is aborted and the
-waiting interact answers at once with the session's final status instead of hanging until a
-timeout.
+Every call to a worker goes through one client (`worker_http.WorkerHTTP`). A call in flight is
+kept on its session (`SessionRecord.call`) so that the session can end while it waits: when
+the worker is declared dead, or the trainer cancels, the call is aborted and the waiting
+interact answers at once with the session's final status instead of hanging until a timeout.
+
+A failed connection is not a failed worker: starts are repeated under new ids, and a lost
+interact is judged from the worker's `sample_status` (`recovery`) before it is resent or the
+session ends; only a worker that cannot be reached at all ends its sessions.
 """
 
 from __future__ import annotations

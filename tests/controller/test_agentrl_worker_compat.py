@@ -2,9 +2,9 @@
 
 The worker runs as `python -m agentrl.worker` over its HTTP transport: it heartbeats to our
 `/api/receive_heartbeat` and our controller drives its `/api/start_sample`, `interact`, `cancel`
-and `get_sessions`. Its other transport, gRPC (`--controller grpc://...`: the worker dials the
-controller's `Controller.WorkerStream` bidi stream), is not served by our controller, so it is
-not exercised here.
+and `get_sessions`; the tests here are the faults of issue #20 found with it (500s, cancel
+notices, fast restarts, unnoticed deaths, a resetting network). Its other transport, gRPC, is
+not served by our controller (docs/wire_protocol.md says why and what to do instead).
 """
 
 from __future__ import annotations
@@ -210,8 +210,8 @@ def test_agentrl_worker_behind_a_resetting_network_loses_no_session(agentrl_flee
 
 
 @pytest.mark.skip(reason="agentrl-worker's gRPC transport (--controller grpc://HOST:PORT) dials "
-                         "the controller's bidi stream controller_v1.Controller/WorkerStream; "
-                         "our controller serves only HTTP, so that transport cannot register. "
-                         "The HTTP transport (test above) needs nothing our controller lacks.")
+                         "the controller's bidi stream agentbench.Controller/WorkerStream; "
+                         "our controller serves only HTTP, by decision: see "
+                         "docs/wire_protocol.md, 'gRPC (not served)', for why and what to do.")
 def test_agentrl_worker_grpc_transport():
     """Placeholder that keeps the unsupported transport visible in every test report."""
