@@ -478,8 +478,8 @@ class Controller:
         worker.draining += 1
         try:
             body = WorkerSessionRequest(session_id=session_id).model_dump_json()
-            await self.http.call("POST", worker.address + "/cancel", body,
-                                 self.config.probe_timeout_s * 5)
+            # AgentRL's cancel returns once the episode has unwound: the call's own timeout.
+            await self.http.call("POST", worker.address + "/cancel", body)
         except TRANSPORT_ERRORS as error:
             log.info("cancel of session %d on %s failed: %r", session_id, worker.id, error)
         finally:
