@@ -44,6 +44,7 @@ class WorkerRecord:
     full_until_sync: bool = False  # it answered 406 although we counted free slots
     probing: bool = False
     syncing: bool = False          # a reconciliation with it is in flight
+    resync: bool = False           # ... and must run again when it is done
     sessions: set[int] = dataclasses.field(default_factory=set)   # running sessions here
     draining: int = 0              # cancelled sessions whose worker-side cancel is in flight
 

@@ -105,8 +105,9 @@ class Controller:
             raise ControllerError(400, f"indices differ from the other workers of "
                                        f"{beat.name!r}") from None
         if restarted:
-            log.warning("worker %s restarted; its old sessions are lost", worker.id)
-            self.fail_sessions(worker, "worker restarted")
+            # Its old sessions are lost, but not the ones the new process may already have
+            # started before this beat arrived: what it holds tells them apart.
+            log.warning("worker %s restarted", worker.id)
         if restarted or revived or (worker.boot_id is None and worker.sessions):
             # A worker without a boot id (AgentRL's) may have restarted unseen: what it still
             # holds says so, and the sessions it lost end now rather than at the next sync.
@@ -399,9 +400,20 @@ class Controller:
         Ours that it lacks have ended there: they finish with `task error`. Its that we lack,
         or have ended, are cancelled on the worker so that they stop holding its capacity.
         """
-        if worker.syncing:
+        if worker.syncing:   # one at a time; the one in flight goes again after
+            worker.resync = True
             return
         worker.syncing = True
+        try:
+            while True:
+                worker.resync = False
+                await self._reconcile_once(worker)
+                if not worker.resync:
+                    return
+        finally:
+            worker.syncing = False
+
+    async def _reconcile_once(self, worker: WorkerRecord) -> None:
         asked_at = time.monotonic()
         try:
             response = await self.http.call("GET", worker.address + "/get_sessions",
@@ -412,8 +424,6 @@ class Controller:
         except (*TRANSPORT_ERRORS, TypeError) as error:
             log.info("reconciliation with %s failed: %r", worker.id, error)
             return
-        finally:
-            worker.syncing = False
         for session_id in list(worker.sessions):
             session = self.sessions.get(session_id)
             if (session is not None and session_id not in reported and not session.busy
