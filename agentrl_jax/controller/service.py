@@ -310,9 +310,9 @@ class Controller:
         deadline = time.monotonic() + self.config.interaction_timeout_s
         for attempt in itertools.count():
             try:
+                # The call's own timeout: a worker slow to answer is not a lost one.
                 reply = await self._guarded(session, self.http.call(
-                    "POST", worker.address + "/sample_status", body,
-                    self.config.probe_timeout_s))
+                    "POST", worker.address + "/sample_status", body))
             except TRANSPORT_ERRORS as error:   # TimeoutError included
                 self._lost_worker(session, error)
                 return None

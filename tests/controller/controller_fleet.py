@@ -4,6 +4,7 @@ and a loopback proxy that breaks a worker's connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -247,6 +248,8 @@ class ResettingProxy:
                     return
         except (OSError, asyncio.IncompleteReadError, ValueError):
             _reset(client_out)
+        except asyncio.CancelledError:   # the proxy is closing
+            pass
         finally:
             client_out.close()
             if upstream is not None:
@@ -283,7 +286,9 @@ def _session_of(request: bytes) -> int | None:
 
 def _reset(writer: asyncio.StreamWriter) -> None:
     """Closes with a TCP reset rather than a FIN."""
+    if writer.transport.is_closing():   # the peer went first
+        return
     sock = writer.get_extra_info("socket")
-    if sock is not None:
+    with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()

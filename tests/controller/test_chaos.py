@@ -49,7 +49,7 @@ pytestmark = [
 SECONDS = float(os.environ.get("CHAOS_SECONDS", 150))
 EPISODES = int(os.environ.get("CHAOS_EPISODES", 500))
 CONTROLLER = dict(interaction_timeout_s=10.0, heartbeat_timeout_s=20.0, liveness_interval_s=0.5,
-                  probe_timeout_s=3.0, clean_interval_s=2.0, sync_interval_s=10.0)
+                  probe_timeout_s=5.0, clean_interval_s=2.0, sync_interval_s=10.0)
 DELAY_S = 14.0            # a delayed reply arrives past interaction_timeout_s
 KILL_EVERY_S = 20.0
 MALFORMED = [[], [{}], [{"role": "user", "content": "hi"}], ["text"],
