@@ -23,6 +23,7 @@ from agentrl_jax.controller.config import ControllerConfig
 from agentrl_jax.controller.service import Controller, ControllerError
 from agentrl_jax.controller.wire import (
     SESSION_ID_HEADER,
+    CancelNotice,
     HeartbeatRequest,
     InteractRequest,
     MarkStaleRequest,
@@ -61,9 +62,13 @@ def create_controller_app(config: ControllerConfig | None = None) -> FastAPI:
         return await controller.cancel_all(name, force)
 
     @api.post("/cancel_notice")
-    async def cancel_notice():
-        # A worker's "I have finished cancelling"; our cancels already wait for the worker.
-        return {}
+    async def cancel_notice(request: Request):
+        # A worker's "I have cancelled this session" (its cancel_with_notice): the id is in
+        # the body (AgentRL's worker also sends the header).
+        body = await request.body()
+        if body.strip():
+            return controller.cancel_notice(parse_model(body, CancelNotice).session_id)
+        return controller.cancel_notice(session_id_header(request))
 
     @api.get("/list_workers")
     async def list_workers():
@@ -112,26 +117,34 @@ def create_controller_app(config: ControllerConfig | None = None) -> FastAPI:
 
 
 class HotRoutes:
-    """Serves POST /api/start_sample and /api/interact directly; passes the rest to `app`."""
+    """Serves POST /api/start_sample and /api/interact directly; passes the rest to `app`.
+
+    Every request body, on any route, is read here first and refused with 413 past
+    `max_body_bytes`, so that no handler ever holds an unbounded body.
+    """
 
     def __init__(self, app: FastAPI, controller: Controller) -> None:
         self.app = app
         self.state = app.state   # so that callers can reach the controller as with FastAPI
         self.controller = controller
+        self.max_body_bytes = controller.config.max_body_bytes
         self._routes = {"/api/start_sample": self._start_sample, "/api/interact": self._interact}
 
     async def __call__(self, scope, receive, send) -> None:
-        handler = self._routes.get(scope.get("path")) if scope["type"] == "http" else None
-        if handler is None or scope["method"] != "POST":
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
         try:
-            status, body, headers = await handler(scope, await _read_body(receive))
+            body = await _read_body(scope, receive, self.max_body_bytes)
+        except ControllerError as error:
+            return await _respond(send, error.status_code, _detail(error.detail), [])
+        handler = self._routes.get(scope.get("path"))
+        if handler is None or scope["method"] != "POST":
+            return await self.app(scope, _replay(body, receive), send)
+        try:
+            status, payload, headers = await handler(scope, body)
         except (ControllerError, HTTPException) as error:
-            status, body, headers = error.status_code, _detail(error.detail), []
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()), *headers]})
-        await send({"type": "http.response.body", "body": body})
+            status, payload, headers = error.status_code, _detail(error.detail), []
+        await _respond(send, status, payload, headers)
 
     async def _start_sample(self, scope, body: bytes):
         request = parse_model(body, StartSampleRequest)
@@ -151,17 +164,47 @@ class HotRoutes:
         return 200, response.model_dump_json().encode(), []
 
 
-async def _read_body(receive) -> bytes:
-    chunks = []
+async def _read_body(scope, receive, limit: int) -> bytes:
+    """The whole request body; a ControllerError 413 past `limit` bytes (declared or sent)."""
+    too_large = ControllerError(413, f"request body over {limit} bytes")
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise too_large
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
         if not message.get("more_body"):
             break
     return b"".join(chunks)
 
 
-def _detail(detail: str) -> bytes:
+def _replay(body: bytes, receive):
+    """A `receive` that yields the body already read, then defers to the real one."""
+    pending = True
+
+    async def replay():
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _respond(send, status: int, body: bytes, headers: list) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _detail(detail: object) -> bytes:
     return json.dumps({"detail": detail}).encode()

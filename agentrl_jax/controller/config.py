@@ -17,5 +17,6 @@ class ControllerConfig:
     dead_worker_forget_s: float = 300.0    # a dead worker without sessions is then forgotten
     sync_interval_s: float = 60.0          # reconciliation with every worker's get_sessions
     max_connections: int = 4096            # the one connection pool to all workers
+    max_body_bytes: int = 4 * 2**20        # a larger request body is refused with 413
     variant: str = "nova"                  # /api/version: AgentRL's Go controller says "nova"
     version: int = 1

@@ -43,6 +43,8 @@ class WorkerRecord:
     stale: bool = False            # drained by mark_stale: no new sessions
     full_until_sync: bool = False  # it answered 406 although we counted free slots
     probing: bool = False
+    syncing: bool = False          # a reconciliation with it is in flight
+    resync: bool = False           # ... and must run again when it is done
     sessions: set[int] = dataclasses.field(default_factory=set)   # running sessions here
     draining: int = 0              # cancelled sessions whose worker-side cancel is in flight
 
@@ -62,26 +64,35 @@ class WorkerRecord:
                 "draining": self.draining, "heartbeat_age_s": round(now - self.last_heartbeat, 3)}
 
 
-@dataclasses.dataclass(eq=False)
 class TaskRecord:
-    name: str
-    indices: list[SampleIndex]
-    workers: dict[str, WorkerRecord] = dataclasses.field(default_factory=dict)  # by address
+    def __init__(self, name: str, indices: list[SampleIndex]) -> None:
+        self.name = name
+        self.workers: dict[str, WorkerRecord] = {}   # by address
+        self.set_indices(indices)
 
-    @property
-    def string_indices(self) -> bool:
+    def set_indices(self, indices: list[SampleIndex]) -> None:
+        self.indices = list(indices)
         # AgentRL: when every index is a string, the trainer sees 0..n-1 instead.
-        return bool(self.indices) and all(isinstance(i, str) for i in self.indices)
+        self.string_indices = bool(indices) and all(isinstance(i, str) for i in indices)
+        self._known = frozenset(self.indices)
 
     def trainer_indices(self) -> list[SampleIndex]:
         return list(range(len(self.indices))) if self.string_indices else self.indices
 
-    def worker_index(self, index: SampleIndex) -> SampleIndex:
-        """Maps the trainer's index to the worker's (the identity unless indices are strings)."""
-        if self.string_indices and isinstance(index, int) and index != -1:
-            if not 0 <= index < len(self.indices):
+    def worker_index(self, index: SampleIndex, custom: bool = False) -> SampleIndex:
+        """Maps the trainer's index to the worker's (the identity unless indices are strings).
+
+        Raises UnknownIndex for an index the task's workers do not report; -1 with a custom
+        task (AgentRL's caller-described episode) is the worker's to judge.
+        """
+        if custom and index == -1:
+            return index
+        if self.string_indices:
+            if not isinstance(index, int) or not 0 <= index < len(self.indices):
                 raise UnknownIndex(index)
             return self.indices[index]
+        if index not in self._known:
+            raise UnknownIndex(index)
         return index
 
 
@@ -119,7 +130,7 @@ class Fleet:
                               for w in task.workers.values())
             if others_live:
                 raise IndicesMismatch(beat.name)
-            task.indices = list(beat.indices)
+            task.set_indices(beat.indices)
         worker = task.workers.get(beat.address)
         restarted = revived = False
         if worker is None:

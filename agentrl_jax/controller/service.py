@@ -1,15 +1,19 @@
 """The controller's protocol operations: start, interact, cancel, heartbeat; no HTTP server here.
 
-Every call to a worker goes through one pooled client (`worker_http.WorkerHTTP`). A call in
-flight is kept on its session (`SessionRecord.call`) so that the session can end while it
-waits: when the worker is declared dead, or the trainer cancels, the call is aborted and the
-waiting interact answers at once with the session's final status instead of hanging until a
-timeout.
+Every call to a worker goes through one client (`worker_http.WorkerHTTP`). A call in flight is
+kept on its session (`SessionRecord.call`) so that the session can end while it waits: when
+the worker is declared dead, or the trainer cancels, the call is aborted and the waiting
+interact answers at once with the session's final status instead of hanging until a timeout.
+
+A failed connection is not a failed worker: starts are repeated under new ids, and a lost
+interact is judged from the worker's `sample_status` (`recovery`) before it is resent or the
+session ends; only a worker that cannot be reached at all ends its sessions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import time
@@ -27,6 +31,7 @@ from agentrl_jax.controller.fleet import (
     WorkerRecord,
     WorkerState,
 )
+from agentrl_jax.controller.recovery import Outcome, Verdict, judge_lost_interact
 from agentrl_jax.controller.sessions import SessionRecord, SessionTable
 from agentrl_jax.controller.wire import (
     HeartbeatRequest,
@@ -40,17 +45,27 @@ from agentrl_jax.controller.wire import (
     WorkerInteractResponse,
     WorkerSessionRequest,
     WorkerStartSampleRequest,
+    agent_message_errors,
 )
-from agentrl_jax.controller.worker_http import TRANSPORT_ERRORS, Reply, WorkerHTTP
+from agentrl_jax.controller.worker_http import (
+    TRANSPORT_ERRORS,
+    Reply,
+    WorkerHTTP,
+    reached_worker,
+)
 
 log = logging.getLogger(__name__)
 
 
-class ControllerError(Exception):
-    """An error the HTTP layer returns as `status_code` with `detail`."""
+_FULL = object()   # _start_on: the worker answered 406
 
-    def __init__(self, status_code: int, detail: str) -> None:
-        super().__init__(detail)
+
+class ControllerError(Exception):
+    """An error the HTTP layer returns as `status_code` with `detail` (a string, or FastAPI's
+    list of validation errors)."""
+
+    def __init__(self, status_code: int, detail: str | list[dict[str, Any]]) -> None:
+        super().__init__(str(detail))
         self.status_code = status_code
         self.detail = detail
 
@@ -90,10 +105,13 @@ class Controller:
             raise ControllerError(400, f"indices differ from the other workers of "
                                        f"{beat.name!r}") from None
         if restarted:
-            log.warning("worker %s restarted; its old sessions are lost", worker.id)
-            self.fail_sessions(worker, "worker restarted")
-        if restarted or revived:
-            self.spawn(self.reconcile(worker))   # cancel what it holds that we ended
+            # Its old sessions are lost, but not the ones the new process may already have
+            # started before this beat arrived: what it holds tells them apart.
+            log.warning("worker %s restarted", worker.id)
+        if restarted or revived or (worker.boot_id is None and worker.sessions):
+            # A worker without a boot id (AgentRL's) may have restarted unseen: what it still
+            # holds says so, and the sessions it lost end now rather than at the next sync.
+            self.spawn(self.reconcile(worker))
         return {"worker_id": worker.id, "status": "ok"}
 
     def mark_stale(self, name: str, worker_id: str, stale: bool) -> dict[str, Any]:
@@ -116,31 +134,64 @@ class Controller:
         if task is None:
             raise ControllerError(404, f"no task {request.name!r}")
         try:
-            worker_index = task.worker_index(request.index)
+            worker_index = task.worker_index(request.index, request.custom_task is not None)
         except UnknownIndex:
-            raise ControllerError(400, f"task {request.name!r} has no index {request.index}") \
+            raise ControllerError(404, f"task {request.name!r} has no index {request.index!r}") \
                 from None
-        tried: set[int] = set()
+        unreachable: set[int] = set()   # workers this start could not reach
+        full: set[int] = set()
         while True:
-            worker = self.fleet.choose(task, tried)
+            worker = self.fleet.choose(task, unreachable | full)
             if worker is None:
                 alive = any(w.state is WorkerState.ALIVE and not w.stale
-                            for w in task.workers.values())
+                            and id(w) not in unreachable for w in task.workers.values())
                 raise ControllerError(406 if alive else 503,
                                       f"no {'free' if alive else 'alive'} worker for "
                                       f"{request.name!r}")
-            tried.add(id(worker))
+            started = await self._start_on(worker, request, worker_index)
+            if started is _FULL:
+                full.add(id(worker))
+            elif started is None:
+                unreachable.add(id(worker))
+            else:
+                return started
+
+    async def _start_on(self, worker: WorkerRecord, request: StartSampleRequest,
+                        worker_index: Any):
+        """Starts on `worker`: (session id, response), `_FULL`, or None if it cannot be reached.
+
+        A start is safe to repeat under a new session id: one whose request may have reached
+        the worker is cancelled there first. So a failed attempt is repeated once on a fresh
+        connection; a second failure probes the worker.
+        """
+        for attempt in range(2):
             session = self.sessions.open(request.name, request.index, worker)
             body = WorkerStartSampleRequest(index=worker_index, session_id=session.id,
                                             custom_task=request.custom_task)
-            response = await self._call(session, "/start_sample", body.model_dump_json())
-            if response is None or response.status == 406:
-                # The worker died, refused the connection or is full: try the next one.
+            try:
+                response = await self._guarded(session, self.http.post(
+                    worker.address + "/start_sample", body.model_dump_json(),
+                    fresh=attempt > 0))
+            except TimeoutError:
                 self.sessions.discard(session)
-                if response is not None:
-                    worker.full_until_sync = True
-                    self.spawn(self.reconcile(worker))
+                self.spawn(self.cancel_on_worker(worker, session.id))
+                return None
+            except TRANSPORT_ERRORS as error:
+                self.sessions.discard(session)
+                if reached_worker(error):
+                    self.spawn(self.cancel_on_worker(worker, session.id))
+                log.info("start on %s failed (attempt %d): %r", worker.id, attempt + 1, error)
                 continue
+            finally:
+                session.busy = False
+            if response is None:   # the session ended meanwhile (its worker died)
+                self.sessions.discard(session)
+                return None
+            if response.status == 406:   # full although we counted free slots: resync
+                self.sessions.discard(session)
+                worker.full_until_sync = True
+                self.spawn(self.reconcile(worker))
+                return _FULL
             if response.status != 200:
                 self.sessions.discard(session)
                 raise ControllerError(response.status if response.status < 500 else 502,
@@ -154,6 +205,8 @@ class Controller:
             return session.id, StartSampleResponse(
                 messages=output.messages, tools=output.tools, finish=not session.running,
                 status=session.status.value, reward=output.reward, metrics=output.metric)
+        await self.probe(worker)
+        return None
 
     async def interact(self, session_id: int, messages: list[Message]) -> InteractResponse:
         session = self._session(session_id)
@@ -161,12 +214,40 @@ class Controller:
             return session.final_response()
         if session.busy:
             raise ControllerError(400, "a call on this session is in flight")
-        body = WorkerInteractRequest(session_id=session_id, messages=messages)
-        response = await self._call(session, "/interact", body.model_dump_json())
+        if errors := agent_message_errors(messages):
+            raise ControllerError(422, errors)   # never forwarded; the session goes on
+        session.busy = True
+        try:
+            return await self._interact(session, messages)
+        finally:
+            session.busy = False
+            session.last_active = time.monotonic()
+
+    async def _interact(self, session: SessionRecord, messages: list[Message]) -> InteractResponse:
+        body = WorkerInteractRequest(session_id=session.id, messages=messages).model_dump_json()
+        url = session.worker.address + "/interact"
+        try:
+            response = await self._guarded(session, self.http.post(url, body))
+        except TimeoutError:
+            self._end_on_worker_error(session, f"worker call exceeded "
+                                               f"{self.config.interaction_timeout_s} s")
+            return session.final_response()
+        except TRANSPORT_ERRORS as error:
+            response = await self._recover_interact(session, messages, body, error)
         if not session.running or response is None:
             return session.final_response()
+        if isinstance(response, WorkerEnvOutput):
+            return self._took_turn(session, messages, response)
         if response.status == 422:   # the worker rejects these messages; session goes on
-            raise ControllerError(422, response.text[:1000])
+            raise ControllerError(422, _worker_detail(response))
+        if response.status >= 500:
+            # AgentRL's worker answers 500 to messages its models refuse, before the episode
+            # sees them: if the session stands where it stood, it goes on.
+            verdict = await self._judge(session, messages)
+            if verdict is not None and verdict.outcome is Outcome.NOT_APPLIED:
+                raise ControllerError(422, f"the worker could not take these messages "
+                                           f"(it answered {response.status}: "
+                                           f"{response.text[:300]}); the session goes on")
         if response.status != 200:
             self._end_on_worker_error(session, f"worker answered {response.status}: "
                                                f"{response.text[:200]}")
@@ -174,18 +255,89 @@ class Controller:
         parsed = self._parse(session, response, WorkerInteractResponse)
         if parsed is None:
             return session.final_response()
-        out = parsed.env_out
+        return self._took_turn(session, messages, parsed.env_out)
+
+    def _took_turn(self, session: SessionRecord, messages: list[Message],
+                   out: WorkerEnvOutput) -> InteractResponse:
+        session.turns += 1
+        session.last_turn = messages
         if out.finish:
             self.sessions.finish(session, SampleStatus.parse(out.status), out.reward, out.metric)
         return InteractResponse(finish=not session.running, reward=out.reward,
                                 status=session.status.value, messages=out.messages,
                                 metrics=out.metric)
 
+    async def _recover_interact(self, session: SessionRecord, messages: list[Message],
+                                body: str, error: BaseException) -> Reply | WorkerEnvOutput | None:
+        """After a failed interact: the worker's answer, the rebuilt reply, or None (ended).
+
+        One that certainly did not reach the worker is sent again on a fresh connection; one
+        that may have is judged from the worker's session status (`recovery`) and sent again
+        only when the worker shows it never took it. Up to `retry_attempts` rounds, with
+        back-off; then the worker counts as unreachable.
+        """
+        url = session.worker.address + "/interact"
+        for attempt in range(self.http.retry_attempts):
+            if attempt:
+                await asyncio.sleep(self.http.retry_backoff_s * 2 ** (attempt - 1))
+            verdict = Verdict(Outcome.NOT_APPLIED) if not reached_worker(error) else \
+                await self._judge(session, messages)
+            if verdict is None:
+                return None
+            if verdict.outcome is Outcome.APPLIED and verdict.output is not None:
+                return verdict.output
+            if verdict.outcome is not Outcome.NOT_APPLIED:
+                self._end_on_worker_error(session, f"the reply to this turn was lost "
+                                                   f"({verdict.outcome.value} on the worker): "
+                                                   f"{error!r}")
+                return None
+            try:
+                return await self._guarded(session, self.http.post(url, body, fresh=True))
+            except TimeoutError:
+                self._end_on_worker_error(session, f"worker call exceeded "
+                                                   f"{self.config.interaction_timeout_s} s")
+                return None
+            except TRANSPORT_ERRORS as again:
+                error = again
+        self._lost_worker(session, error)
+        return None
+
+    async def _judge(self, session: SessionRecord, messages: list[Message]) -> Verdict | None:
+        """What the worker did with `messages` (polling while it is still at it); None if the
+        session ended meanwhile or the worker cannot be reached (which ends it)."""
+        worker = session.worker
+        body = WorkerSessionRequest(session_id=session.id).model_dump_json()
+        deadline = time.monotonic() + self.config.interaction_timeout_s
+        for attempt in itertools.count():
+            try:
+                # The call's own timeout: a worker slow to answer is not a lost one.
+                reply = await self._guarded(session, self.http.call(
+                    "POST", worker.address + "/sample_status", body))
+            except TRANSPORT_ERRORS as error:   # TimeoutError included
+                self._lost_worker(session, error)
+                return None
+            if reply is None:
+                return None
+            verdict = judge_lost_interact(_status_json(reply), messages, session.last_turn,
+                                          session.turns)
+            if verdict.outcome is not Outcome.IN_PROGRESS or time.monotonic() > deadline:
+                return verdict
+            await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
+        raise AssertionError("unreachable")
+
     def cancel(self, session_id: int) -> dict[str, Any]:
         session = self._session(session_id)
         if self.sessions.finish(session, SampleStatus.CANCELLED):
             self.spawn(self.cancel_on_worker(session.worker, session.id))
         return {"session_id": session_id, "status": session.status.value}
+
+    def cancel_notice(self, session_id: int) -> dict[str, Any]:
+        """A worker cancelled a session itself (`cancel_with_notice`): it ends as cancelled."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            self.sessions.finish(session, SampleStatus.CANCELLED,
+                                 metrics={"error": "cancelled by the worker"})
+        return {}
 
     async def cancel_all(self, name: str | None, force: bool) -> dict[str, Any]:
         if name is None and not force and len(self.fleet.tasks) > 1:
@@ -198,7 +350,7 @@ class Controller:
         workers = [w for n in names if n in self.fleet.tasks
                    for w in self.fleet.tasks[n].workers.values()
                    if w.state is not WorkerState.DEAD]
-        await asyncio.gather(*(self.http.post(w.address + "/cancel_all", b"{}",
+        await asyncio.gather(*(self.http.call("POST", w.address + "/cancel_all", b"{}",
                                               self.config.probe_timeout_s)
                                for w in workers), return_exceptions=True)
         return {"cancelled": cancelled}
@@ -231,10 +383,10 @@ class Controller:
             return True
         worker.probing = True
         try:
-            response = await self.http.get(worker.address + "/worker_status",
-                                           self.config.probe_timeout_s)
+            response = await self.http.call("GET", worker.address + "/worker_status",
+                                            timeout_s=self.config.probe_timeout_s)
             alive = response.status == 200
-        except (*TRANSPORT_ERRORS, TimeoutError):
+        except TRANSPORT_ERRORS:
             alive = False
         finally:
             worker.probing = False
@@ -248,14 +400,28 @@ class Controller:
         Ours that it lacks have ended there: they finish with `task error`. Its that we lack,
         or have ended, are cancelled on the worker so that they stop holding its capacity.
         """
+        if worker.syncing:   # one at a time; the one in flight goes again after
+            worker.resync = True
+            return
+        worker.syncing = True
+        try:
+            while True:
+                worker.resync = False
+                await self._reconcile_once(worker)
+                if not worker.resync:
+                    return
+        finally:
+            worker.syncing = False
+
+    async def _reconcile_once(self, worker: WorkerRecord) -> None:
         asked_at = time.monotonic()
         try:
-            response = await self.http.get(worker.address + "/get_sessions",
-                                           self.config.probe_timeout_s * 5)
+            response = await self.http.call("GET", worker.address + "/get_sessions",
+                                            timeout_s=self.config.probe_timeout_s * 5)
             if response.status != 200:
                 raise ValueError(f"get_sessions answered {response.status}")
             reported = {int(sid) for sid in json.loads(response.body)}
-        except (*TRANSPORT_ERRORS, TimeoutError, TypeError) as error:
+        except (*TRANSPORT_ERRORS, TypeError) as error:
             log.info("reconciliation with %s failed: %r", worker.id, error)
             return
         for session_id in list(worker.sessions):
@@ -278,36 +444,32 @@ class Controller:
             raise ControllerError(404, f"no session {session_id}")
         return session
 
-    async def _call(self, session: SessionRecord, endpoint: str,
-                    body: str) -> Reply | None:
-        """One start/interact call for `session`; None when the session ended meanwhile.
+    async def _guarded(self, session: SessionRecord, call: Coroutine[Any, Any, Reply]
+                       ) -> Reply | None:
+        """Awaits a worker call for `session`; None when the session ended meanwhile.
 
         The call runs as its own future stored on the session, so that `finish` (worker death,
-        cancel) can abort it. Transport failures and timeouts end the session here.
+        cancel) can abort it and the waiting request answers at once.
         """
-        worker = session.worker
-        session.busy = True
-        call = asyncio.ensure_future(self.http.post(worker.address + endpoint, body))
-        session.call = call
+        if not session.running:
+            call.close()
+            return None
+        future = asyncio.ensure_future(call)
+        session.call = future
         try:
-            return await call
+            return await future
         except asyncio.CancelledError:
-            if not call.cancelled():
+            if not future.cancelled():
                 raise   # our own handler is being cancelled, not the worker call
             return None
-        except TimeoutError:
-            self._end_on_worker_error(session, f"worker call exceeded "
-                                               f"{self.config.interaction_timeout_s} s")
-            return None
-        except TRANSPORT_ERRORS as error:
-            self.sessions.finish(session, SampleStatus.TASK_ERROR,
-                                 metrics={"error": f"worker unreachable: {error!r}"})
-            self.spawn(self.probe(worker))
-            return None
         finally:
-            session.busy = False
             session.call = None
             session.last_active = time.monotonic()
+
+    def _lost_worker(self, session: SessionRecord, error: BaseException) -> None:
+        self.sessions.finish(session, SampleStatus.TASK_ERROR,
+                             metrics={"error": f"worker unreachable: {error!r}"})
+        self.spawn(self.probe(session.worker))
 
     def _parse(self, session: SessionRecord, response: Reply, model):
         try:
@@ -326,8 +488,28 @@ class Controller:
         worker.draining += 1
         try:
             body = WorkerSessionRequest(session_id=session_id).model_dump_json()
-            await self.http.post(worker.address + "/cancel", body)
-        except (*TRANSPORT_ERRORS, TimeoutError) as error:
+            # AgentRL's cancel returns once the episode has unwound: the call's own timeout.
+            await self.http.call("POST", worker.address + "/cancel", body)
+        except TRANSPORT_ERRORS as error:
             log.info("cancel of session %d on %s failed: %r", session_id, worker.id, error)
         finally:
             worker.draining -= 1
+
+
+def _worker_detail(reply: Reply) -> Any:
+    """A worker's error `detail` (JSON when it sent JSON), for the trainer."""
+    try:
+        return json.loads(reply.body)["detail"]
+    except (ValueError, KeyError, TypeError):
+        return reply.text[:1000]
+
+
+def _status_json(reply: Reply) -> dict[str, Any] | None:
+    """A sample_status answer: its JSON, None for "no such session", {} when unreadable."""
+    if reply.status in (400, 404):
+        return None
+    try:
+        parsed = json.loads(reply.body) if reply.status == 200 else {}
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}

@@ -14,12 +14,12 @@ import time
 from typing import Any
 
 from agentrl_jax.controller.fleet import WorkerRecord
-from agentrl_jax.controller.wire import InteractResponse, SampleIndex, SampleStatus
+from agentrl_jax.controller.wire import InteractResponse, Message, SampleIndex, SampleStatus
 
 
 class SessionRecord:
     __slots__ = ("id", "name", "index", "worker", "created", "last_active", "busy", "call",
-                 "status", "reward", "metrics", "finished_at")
+                 "status", "reward", "metrics", "finished_at", "turns", "last_turn")
 
     def __init__(self, session_id: int, name: str, index: SampleIndex,
                  worker: WorkerRecord) -> None:
@@ -34,6 +34,8 @@ class SessionRecord:
         self.reward = 0.0
         self.metrics: dict[str, Any] = {}
         self.finished_at: float | None = None
+        self.turns = 0                      # interacts the worker has taken
+        self.last_turn: list[Message] | None = None   # the messages of the last of them
 
     @property
     def running(self) -> bool:

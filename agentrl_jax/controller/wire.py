@@ -13,12 +13,21 @@ their meaning, and dicts are several times cheaper than nested models on the hot
 from __future__ import annotations
 
 import enum
-from typing import Any, TypeVar
+from typing import Any, Literal, NotRequired, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+)
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 Message = dict[str, Any]
 SampleIndex = int | str
@@ -99,7 +108,7 @@ class WorkerStatus(_Model):
 
 class StartSampleRequest(_Model):
     name: str
-    index: SampleIndex
+    index: StrictInt | StrictStr   # `true` is not index 1
     custom_task: dict[str, Any] | None = None
 
 
@@ -116,6 +125,47 @@ class StartSampleResponse(_Model):
 
 class InteractRequest(_Model):
     messages: list[Message]
+
+
+class _FunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class _ToolCall(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    id: str
+    type: Literal["function"]
+    function: _FunctionCall
+
+
+class _AssistantMessage(TypedDict):
+    """What AgentRL's worker accepts from the agent (`ChatCompletionAssistantMessageParam`)."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    role: Literal["assistant"]
+    content: NotRequired[str | list[dict[str, Any]] | None]
+    tool_calls: NotRequired[list[_ToolCall] | None]
+
+
+_AGENT_MESSAGES = TypeAdapter(list[_AssistantMessage])
+
+
+def agent_message_errors(messages: list[Message]) -> list[dict[str, Any]]:
+    """Why `messages` cannot be an agent's turn (FastAPI's 422 `detail` shape); [] when it can.
+
+    A turn is one or more assistant messages. AgentRL's worker answers anything else with a
+    500 (and closes the connection), so the controller refuses it first, as a 422 the session
+    survives.
+    """
+    if not messages:
+        return [{"type": "too_short", "loc": ["body", "messages"],
+                 "msg": "an agent turn has at least one message"}]
+    try:
+        _AGENT_MESSAGES.validate_python(messages)
+    except ValidationError as error:
+        return [{**e, "loc": ["body", "messages", *e["loc"][1:]]} for e in _errors(error)]
+    return []
 
 
 class InteractResponse(_Model):
@@ -162,8 +212,14 @@ def parse_model(body: bytes, model: type[ModelT]) -> ModelT:
     try:
         return model.model_validate_json(body or b"null")
     except ValidationError as error:
-        detail = error.errors(include_url=False, include_context=False, include_input=False)
-        raise HTTPException(422, str(detail)) from None
+        raise HTTPException(422, _errors(error)) from None
+
+
+def _errors(error: ValidationError) -> list[dict[str, Any]]:
+    """pydantic's errors as JSON-able dicts, located in the body as FastAPI's 422 `detail`."""
+    return [{"type": e["type"], "loc": ["body", *e["loc"]], "msg": e["msg"]}
+            for e in error.errors(include_url=False, include_context=False,
+                                  include_input=False)]
 
 
 async def read_model(request: Request, model: type[ModelT]) -> ModelT:

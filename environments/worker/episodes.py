@@ -38,7 +38,7 @@ class SessionExists(Exception):
 
 
 class _Entry:
-    __slots__ = ("session", "task", "busy", "last_active", "result")
+    __slots__ = ("session", "task", "busy", "last_active", "result", "turns")
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -46,6 +46,7 @@ class _Entry:
         self.busy = True
         self.last_active = time.monotonic()
         self.result: EpisodeResult | None = None   # set once, when the episode ends
+        self.turns = 0   # agent turns delivered; lets a controller tell a lost reply apart
 
 
 class EpisodeTable:
@@ -75,7 +76,8 @@ class EpisodeTable:
         entry = self._get(session_id)
         return {"session_id": session_id, "index": entry.session.index,
                 "status": {"waiting_for_env": entry.busy,
-                           "waiting_for_agent": entry.session.waiting_for_agent}}
+                           "waiting_for_agent": entry.session.waiting_for_agent,
+                           "turns": entry.turns}}
 
     # ------------------------------------------------------------------ protocol calls
 
@@ -107,6 +109,7 @@ class EpisodeTable:
             await self.cancel(session_id, SampleStatus.AGENT_VALIDATION_FAILED, str(error))
             return self._output(entry)
         entry.busy = True
+        entry.turns += 1
         turn = entry.session.expect_turn()
         entry.session.deliver(messages)
         return await self._finish_call(entry, turn, SampleStatus.AGENT_INVALID_ACTION)

@@ -177,7 +177,7 @@ def test_string_indices_are_mapped_to_ints(make_fleet):
             assert sample.messages[0]["content"] == "index c"
             with pytest.raises(ControllerRequestError) as bad:
                 await c.start_sample("letters", 3)
-            assert bad.value.status_code == 400
+            assert bad.value.status_code == 404
 
     asyncio.run(main())
 
@@ -263,3 +263,27 @@ def test_worker_shutdown_ends_its_sessions_with_task_error(make_fleet):
     asyncio.run(main())
     fleet.wait_for(lambda: fleet.worker_record(doomed)["status"] == "dead")
     assert fleet.worker_record(survivor)["current"] == 6
+
+
+def test_restart_ends_the_old_sessions_but_not_ones_the_new_process_started(make_fleet):
+    import httpx
+    fleet = make_fleet()
+    worker = fleet.add_worker()
+
+    async def main():
+        async with client(fleet) as c:
+            return (await c.start_sample("echo", 0)).session_id, \
+                (await c.start_sample("echo", 0)).session_id
+
+    old, new = asyncio.run(main())
+    # As after a fast restart: the new process does not hold `old`, and has already started
+    # `new` before its first heartbeat (with a new worker id) reaches the controller.
+    assert httpx.post(worker.api + "/cancel", json={"session_id": old}).status_code == 200
+    beat = {"name": "echo", "address": worker.api, "concurrency": 4,
+            "indices": list(range(100)), "worker_id": "a-new-process"}
+    assert fleet.http.post("/receive_heartbeat", json=beat).status_code == 200
+    fleet.wait_for(lambda: fleet.sessions()[old]["status"] == "task error")
+    assert fleet.sessions()[new]["status"] == "running"
+    step = fleet.http.post("/interact", headers={"session_id": str(new)},
+                           json={"messages": [echo_call("alive")]})
+    assert step.status_code == 200 and step.json()["messages"][0]["content"] == "alive"
