@@ -24,6 +24,7 @@ checks first that the sandbox has not replaced the directories these mounts go o
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Mapping, Sequence
 
@@ -40,7 +41,9 @@ _HOST_ETC = ("/etc/alternatives", "/etc/ld.so.cache")
 # libraries and interpreters' modules they load, and what tells the linker where those are.
 _PRISTINE_DIRS = ("usr/bin", "usr/sbin", "usr/lib", "usr/lib32", "usr/lib64", "usr/libx32",
                   "usr/libexec", "usr/share/perl", "usr/share/perl5", "etc/alternatives",
-                  "etc/ld.so.conf.d")
+                  "etc/ld.so.conf.d", "etc/perl")
+# Interpreters' configuration that runs code at their start (Debian's python3.X/sitecustomize.py).
+_PRISTINE_GLOBS = ("etc/python3*",)
 _PRISTINE_FILES = ("etc/ld.so.cache", "etc/ld.so.conf")
 
 
@@ -108,7 +111,7 @@ def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
 def _pristine_system(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
     if config.writable_root:
         args = []
-        for rel in _PRISTINE_DIRS + _PRISTINE_FILES:
+        for rel in _pristine_paths(layer.pristine):
             if os.path.lexists(os.path.join(layer.pristine, rel)):
                 args += ["--ro-bind", os.path.join(layer.pristine, rel), "/" + rel]
         args += ["--ro-bind", "/dev/null", "/etc/ld.so.preload"]
@@ -127,7 +130,7 @@ def pristine_system_problem(layer: PrivateLayer) -> str | None:
     """
     if layer.root is None or layer.pristine is None:
         return None
-    names = [*_HOST_SYSTEM_DIRS, "etc", "usr", "usr/share", *_PRISTINE_DIRS, *_PRISTINE_FILES,
+    names = [*_HOST_SYSTEM_DIRS, "etc", "usr", "usr/share", *_pristine_paths(layer.pristine),
              "usr/local", "usr/local/lib"]
     for rel in names:
         image, mine = os.path.join(layer.pristine, rel), os.path.join(layer.root, rel)
@@ -139,6 +142,13 @@ def pristine_system_problem(layer: PrivateLayer) -> str | None:
     if os.path.lexists(preload) and _kind(preload) != "file":
         return "/etc/ld.so.preload is not a plain file"
     return None
+
+
+def _pristine_paths(image: str) -> list[str]:
+    """The image-relative paths a pristine-system process takes from `image`, parents first."""
+    globbed = sorted(os.path.relpath(p, image) for pattern in _PRISTINE_GLOBS
+                     for p in glob.glob(os.path.join(image, pattern)))
+    return [*_PRISTINE_DIRS, *globbed, *_PRISTINE_FILES]
 
 
 def _kind(path: str) -> str:
