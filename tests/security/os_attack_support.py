@@ -96,3 +96,16 @@ def available_memory_bytes() -> int:
 def shm_used_bytes() -> int:
     usage = shutil.disk_usage("/dev/shm")
     return usage.used
+
+
+def child_pids() -> list[int]:
+    """Pids of this process's children (the workers `running_worker` started)."""
+    me, children = os.getpid(), []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) == me:
+                    children.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return children
