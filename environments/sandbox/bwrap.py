@@ -14,7 +14,7 @@ ends every process of the sandbox at once (see `process.py`).
 
 With a writable root (`SandboxConfig.writable_root`) `/` is the private layer's overlay over the
 image instead, read-write. A *pristine-system* process (`pristine_system=True`, the OS task's
-grader) sees that same root, but with the system's code taken from the untouched image: /usr's
+grader) sees the sandbox's files, but with the system's code taken from the untouched image: /usr's
 bin, sbin, lib* and libexec (and through the merged-/usr links /bin, /sbin, /lib*), Perl's
 modules, the dynamic linker's configuration, the alternatives; /usr/local/lib (Python's
 dist-packages, any shared library) is an empty read-only directory. The rest, data such as
@@ -109,36 +109,50 @@ def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
 
 
 def _pristine_system(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
-    if config.writable_root:
-        args = []
-        for rel in _pristine_paths(layer.pristine):
-            if os.path.lexists(os.path.join(layer.pristine, rel)):
-                args += ["--ro-bind", os.path.join(layer.pristine, rel), "/" + rel]
+    image = _pristine_image(config, layer)
+    args = []
+    if image is not None:   # (without an image, the host's /usr and /etc are read-only)
+        for rel in _pristine_paths(image):
+            if os.path.lexists(os.path.join(image, rel)):
+                args += ["--ro-bind", os.path.join(image, rel), "/" + rel]
         args += ["--ro-bind", "/dev/null", "/etc/ld.so.preload"]
-    else:
-        args = []   # the host's /usr and a generated /etc are read-only already
     return [*args, "--perms", "0755", "--tmpfs", "/usr/local/lib", "--remount-ro", "/usr/local/lib"]
 
 
-def pristine_system_problem(layer: PrivateLayer) -> str | None:
-    """Why a pristine-system process cannot start over `layer`'s root, or None.
+def _pristine_image(config: SandboxConfig, layer: PrivateLayer) -> str | None:
+    """The untouched image as a host path: the writable root's lower layer, or the image."""
+    return layer.pristine if config.writable_root else config.image
 
-    Binds go over paths of the sandbox's own root, and bwrap follows a symlink it finds there;
-    so each path they go over must still be what the image has (the same kind of file, the same
-    link target), /etc/ld.so.preload absent or a plain file. Only meaningful while no process of
-    the sandbox runs (it could change them after the check).
+
+def _agent_view(config: SandboxConfig, layer: PrivateLayer, rel: str) -> str:
+    """The host path of what the sandbox sees at `/rel` (its root, a writable dir, the image)."""
+    if config.writable_root:
+        return os.path.join(layer.root, rel)
+    path = "/" + rel
+    for dest, src in layer.writable.items():
+        if path == dest or path.startswith(dest + "/"):
+            return src + path[len(dest):]
+    return os.path.join(config.image, rel)
+
+
+def pristine_system_problem(config: SandboxConfig, layer: PrivateLayer) -> str | None:
+    """Why a pristine-system process cannot start in this sandbox, or None.
+
+    Binds go over paths the sandbox may have changed, and bwrap follows a symlink it finds
+    there; so each path they go over must still be what the image has (the same kind of file,
+    the same link target), /etc/ld.so.preload absent or a plain file. Only meaningful while no
+    process of the sandbox runs (it could change them after the check).
     """
-    if layer.root is None or layer.pristine is None:
+    image = _pristine_image(config, layer)
+    if image is None:
         return None
-    names = [*_HOST_SYSTEM_DIRS, "etc", "usr", "usr/share", *_pristine_paths(layer.pristine),
+    names = [*_HOST_SYSTEM_DIRS, "etc", "usr", "usr/share", *_pristine_paths(image),
              "usr/local", "usr/local/lib"]
     for rel in names:
-        image, mine = os.path.join(layer.pristine, rel), os.path.join(layer.root, rel)
-        if not os.path.lexists(image):
-            continue
-        if _kind(image) != _kind(mine):
-            return f"/{rel} was replaced ({_kind(image)} in the image, {_kind(mine)} now)"
-    preload = os.path.join(layer.root, "etc", "ld.so.preload")
+        theirs, mine = os.path.join(image, rel), _agent_view(config, layer, rel)
+        if os.path.lexists(theirs) and _kind(theirs) != _kind(mine):
+            return f"/{rel} was replaced ({_kind(theirs)} in the image, {_kind(mine)} now)"
+    preload = _agent_view(config, layer, "etc/ld.so.preload")
     if os.path.lexists(preload) and _kind(preload) != "file":
         return "/etc/ld.so.preload is not a plain file"
     return None

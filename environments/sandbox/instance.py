@@ -100,7 +100,7 @@ class SandboxInstance:
         """
         limits = prlimit_argv(self.config.limits, self._prlimit)
         if pristine_system:
-            problem = pristine_system_problem(self.layer)
+            problem = pristine_system_problem(self.config, self.layer)
             if problem is not None:
                 raise SandboxError(f"no pristine system over this root: {problem}")
         if self.backend == "bwrap":

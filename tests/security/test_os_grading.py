@@ -78,8 +78,10 @@ ATTACKS = {
     # Python modules run at start-up: Debian's sitecustomize lives in /etc; encodings is not
     # frozen into the interpreter.
     "stdlib": "q='import posix; posix._exit(0)'; echo \"$q\" > /etc/python3.11/sitecustomize.py;"
-              " echo \"$q\" >> /usr/lib/python3.11/encodings/__init__.py",
+              " echo \"$q\" >> /usr/lib/python3.11/encodings/__init__.py 2> /dev/null",
 }
+
+READ_ONLY_USR = {"system_binaries", "bin_sh"}   # attacks that write /usr outside /usr/local
 
 
 def _demo_for(name: str) -> str:
@@ -92,17 +94,27 @@ def _demo_for(name: str) -> str:
     return DEMO
 
 
+@pytest.fixture(scope="module", params=["overlay", "seeded"])
+def root(request):
+    """The machine's root: the copy-on-write overlay, or the read-only image with writable
+    directories seeded from it (what a worker that cannot mount uses)."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def worker():
-    with os_worker() as api:
+def worker(root):
+    with os_worker(root=root) as api:
         yield api
 
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
-def test_forgery_scores_zero(worker, name):
+def test_forgery_scores_zero(worker, root, name):
     record = play_one(worker, Scripted(bash(ATTACKS[name]), bash(_demo_for(name)), answer("7")),
                       COUNT)
-    assert "rc=0" in replies(record)[1], replies(record)   # the forgery works in its shell
+    if root == "seeded" and name in READ_ONLY_USR:
+        assert "rc=1" in replies(record)[1]   # /usr is read-only there: no forgery to plant
+    else:
+        assert "rc=0" in replies(record)[1], replies(record)   # it works in the agent's shell
     assert (record.status, record.reward) == ("completed", 0.0), record.metrics
 
 
@@ -142,7 +154,9 @@ def test_preloaded_library_scores_zero(worker, tmp_path):
 
 
 @pytest.mark.parametrize("directory", ["/bin", "/lib64"])
-def test_replaced_system_directory_scores_zero(worker, directory):
+def test_replaced_system_directory_scores_zero(worker, root, directory):
+    if root == "seeded":
+        pytest.skip("/bin and /lib64 are the read-only image's in a seeded root")
     # /bin and /lib64 are links into /usr: a directory of fakes in their place would supply the
     # grader's shell or dynamic linker. The grader refuses such a machine.
     plant = (f"{FAKE}; rm {directory} && mkdir {directory} && "
@@ -152,12 +166,14 @@ def test_replaced_system_directory_scores_zero(worker, directory):
     assert "replaced" in record.metrics["detail"]
 
 
-def test_agent_changes_stay_visible_to_the_check(worker):
+def test_agent_changes_stay_visible_to_the_check(worker, root):
     # A command the agent installs in /usr/local/bin is what this problem checks.
     installed = play_one(worker, Scripted(bash(
         "printf '#!/bin/sh\\necho hello\\n' > /usr/local/bin/hello && "
         "chmod +x /usr/local/bin/hello"), finish()), INSTALL)
     assert (installed.status, installed.reward) == ("completed", 1.0), installed.metrics
+    if root == "seeded":
+        return   # its init writes /usr/stock.log, which a seeded root cannot
     # Files the init wrote at /usr and /etc (a user) are read by the reference check there.
     system = play_one(worker, Scripted(answer("3")), SYSTEM)
     assert (system.status, system.reward) == ("completed", 1.0), system.metrics

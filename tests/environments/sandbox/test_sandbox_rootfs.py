@@ -130,14 +130,25 @@ def test_pristine_system_problem_compares_with_the_image(tmp_path):
         (base / "etc").mkdir()
         (base / "bin").symlink_to("usr/bin")
     layer = SimpleNamespace(root=str(root), pristine=str(image))
-    assert pristine_system_problem(layer) is None
+    config = SandboxConfig(image="/unused", writable=(), writable_root=True)
+    assert pristine_system_problem(config, layer) is None
     (root / "etc/ld.so.preload").mkdir()
-    assert "ld.so.preload" in pristine_system_problem(layer)
+    assert "ld.so.preload" in pristine_system_problem(config, layer)
     (root / "etc/ld.so.preload").rmdir()
     (root / "bin").unlink()
     (root / "bin").symlink_to("/root/evil")
-    assert "link to /root/evil" in pristine_system_problem(layer)
-    assert pristine_system_problem(SimpleNamespace(root=None, pristine=None)) is None
+    assert "link to /root/evil" in pristine_system_problem(config, layer)
+    # A read-only image with writable directories (the seeded root): /etc is the sandbox's.
+    etc = tmp_path / "rw_etc"
+    (etc / "alternatives").mkdir(parents=True)
+    (image / "etc/alternatives").mkdir()
+    seeded = SandboxConfig(image=str(image), writable=("/etc",))
+    layer = SimpleNamespace(root=None, pristine=None, writable={"/etc": str(etc)})
+    assert pristine_system_problem(seeded, layer) is None
+    (etc / "alternatives").rmdir()
+    (etc / "alternatives").symlink_to("/root")
+    assert "/etc/alternatives was replaced" in pristine_system_problem(seeded, layer)
+    assert pristine_system_problem(SandboxConfig(), layer) is None   # the host's, read-only
 
 
 def test_writable_root_needs_an_image():
