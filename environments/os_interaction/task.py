@@ -46,9 +46,11 @@ from environments.os_interaction.machine import (
     default_rootfs_dir,
     image_path,
 )
-from environments.sandbox import Limits
+from environments.sandbox import Limits, cgroup
 from environments.sandbox.config import default_worker_memory_bytes
+from environments.sandbox.layer import remove_stale_layers
 from environments.sandbox.mounts import host_root
+from environments.sandbox.uids import is_leased
 from environments.worker.task import EpisodeResult, Session, Task
 
 SYSTEM_PROMPT = """You are an assistant that will act like a person, I will play the role of linux(ubuntu) operating system. Your goal is to implement the operations required by me or answer to the question proposed by me. For each of your turn, you should first think what you should do, and then take exactly one of the three actions with the tools provided: "bash_action", "finish_action" or "answer_action".
@@ -164,6 +166,12 @@ class OSTask(Task):
                 "scripts/setup.sh as root (it calls environments/sandbox/images/build_rootfs.sh)"
                 ", or pass allow_host_fallback=true to use the host's /usr instead (problems "
                 "that need the image's content or a writable / then fail)")
+        if host_root() and scratch_dir is not None:   # what a killed worker left on the host
+            stale = remove_stale_layers(scratch_dir, is_leased)
+            stale += cgroup.remove_stale_groups() if cgroup.available() else []
+            if stale:
+                print(f"{self.name}: removed {len(stale)} machine layers and cgroups left by "
+                      "workers that died", file=sys.stderr, flush=True)
         roots = sorted({f"{n}: {s.root}" for n, s in self.specs.items()})
         print(f"{self.name}: machines {', '.join(roots)}", file=sys.stderr, flush=True)
 

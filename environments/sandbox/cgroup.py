@@ -57,6 +57,26 @@ def _worker_group(controller: str) -> str:
     return path
 
 
+def remove_stale_groups() -> list[str]:
+    """Removes the cgroups of workers that died (their `agentrl_jax-<pid>` parents)."""
+    removed = []
+    for controller in CONTROLLERS:
+        parent = own_cgroup(controller)
+        for name in os.listdir(parent):
+            if not name.startswith("agentrl_jax-") or not name[12:].isdigit():
+                continue
+            if os.path.exists(f"/proc/{name[12:]}"):
+                continue
+            group = os.path.join(parent, name)
+            for child in os.listdir(group):
+                if os.path.isdir(os.path.join(group, child)):
+                    _remove_quietly(os.path.join(group, child))
+            _remove_quietly(group)
+            if not os.path.exists(group):
+                removed.append(group)
+    return removed
+
+
 def _set_worker_memory(limit_bytes: int | None) -> None:
     _write(os.path.join(_worker_group("memory"), "memory.limit_in_bytes"),
            -1 if limit_bytes is None else limit_bytes)

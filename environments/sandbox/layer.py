@@ -23,6 +23,7 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 
 from environments.sandbox import mounts
 
@@ -101,6 +102,34 @@ class PrivateLayer:
     @property
     def exists(self) -> bool:
         return os.path.lexists(self.path)
+
+
+def remove_stale_layers(scratch_dir: str, is_leased: Callable[[int], bool]) -> list[str]:
+    """Deletes the layers under `scratch_dir` left by a worker that died; returns their paths.
+
+    A layer is owned by its sandbox's uid, whose lease its sandbox holds until the layer is
+    gone (`SandboxInstance.close`): a layer whose owner is not leased is nobody's. Its mounts
+    (tmpfs, image, overlay) are detached first, innermost first.
+    """
+    if not os.path.isdir(scratch_dir):
+        return []
+    removed = []
+    for name in os.listdir(scratch_dir):
+        path = os.path.join(scratch_dir, name)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid == os.geteuid() or is_leased(info.st_uid):
+            continue
+        with open("/proc/mounts") as f:
+            inside = [line.split()[1] for line in f]
+        for target in sorted((m for m in inside if m == path or m.startswith(path + "/")),
+                             key=len, reverse=True):
+            mounts.unmount(target)
+        shutil.rmtree(path, onerror=_make_writable_and_retry)
+        removed.append(path)
+    return removed
 
 
 def _write_etc(etc: str, inside_uid: int, hostname: str) -> None:

@@ -5,20 +5,30 @@ Issue #16, items 0 and 1, through a real worker's HTTP API.
 
 from __future__ import annotations
 
+import asyncio
+import glob
+import os
+import signal
+
+import httpx
 import pytest
 from os_attack_support import (
+    FIXTURES,
     MATCH,
     ROOTFS,
     SYSTEM,
     Scripted,
     answer,
     bash,
+    child_pids,
     needs_root_sandbox,
     os_worker,
     replies,
 )
 
-from environments.oracle import play_one
+from environments.oracle import play_episode, play_one
+from environments.os_interaction.task import OSTask
+from environments.sandbox import cgroup
 
 pytestmark = needs_root_sandbox
 
@@ -71,3 +81,33 @@ def test_root_is_discarded_with_the_session(worker):
     second = play_one(worker, Scripted(bash("cat /usr/left_behind"), answer("ok")), MATCH)
     assert "No such file" in replies(second)[0]
     assert not (ROOTFS / "default" / "usr" / "left_behind").exists()   # the image is untouched
+
+
+def test_what_a_killed_worker_leaves_is_removed_by_the_next(tmp_path):
+    scratch = "/dev/shm/agentrl_os_redteam_killed"
+
+    def mounts():
+        with open("/proc/mounts") as f:
+            return [line for line in f if f" {scratch}/" in line]
+
+    async def kill_mid_episode(api: str) -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
+            episode = asyncio.create_task(play_episode(client, api, Scripted(
+                bash("head -c 20M /dev/zero > /root/fill && sleep 30"), answer("ok")), MATCH, 1))
+            while not mounts():
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1)
+            for pid in child_pids():
+                os.kill(pid, signal.SIGKILL)
+            await episode
+
+    with os_worker(scratch_dir=scratch) as api:
+        dead = child_pids()
+        asyncio.run(kill_mid_episode(api))
+    assert mounts() and os.listdir(scratch)   # the dead worker's machine is still there
+    assert any(glob.glob(os.path.join(cgroup.own_cgroup("memory"), f"agentrl_jax-{pid}"))
+               for pid in dead)
+    OSTask("test", data_dir=str(FIXTURES), scratch_dir=scratch)
+    assert mounts() == [] and os.listdir(scratch) == []
+    assert not any(glob.glob(os.path.join(cgroup.own_cgroup(c), f"agentrl_jax-{pid}"))
+                   for pid in dead for c in cgroup.CONTROLLERS)
