@@ -21,9 +21,11 @@ Needs root and cgroup v1 controllers mounted at /sys/fs/cgroup/<controller> (`av
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import os
 import threading
+import time
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 CONTROLLERS = ("memory", "cpu")
@@ -132,7 +134,11 @@ class SandboxCgroup:
             return [int(line) for line in f if line.strip()]
 
     def remove(self) -> None:
-        """Removes the cgroups. Kill the sandbox first: a cgroup with processes stays."""
+        """Removes the cgroups. Kill the sandbox first: a cgroup with processes stays.
+
+        Right after the kill the kernel may still count exiting processes (EBUSY) for a moment:
+        retried for up to a second.
+        """
         for path in self.paths.values():
             _remove_quietly(path)
 
@@ -155,10 +161,15 @@ def _read_int(path: str) -> int:
         return int(f.read())
 
 
-def _remove_quietly(path: str) -> None:
-    try:
-        os.rmdir(path)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        pass   # still has processes (or child groups): left for the kernel's accounting
+def _remove_quietly(path: str, tries: int = 50) -> None:
+    """rmdir, retried while the kernel still counts exiting processes in it (EBUSY)."""
+    for _ in range(tries):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                return   # e.g. child groups left: removed by `remove_stale_groups` later
+            time.sleep(0.02)

@@ -97,12 +97,13 @@ def test_what_a_killed_worker_leaves_is_removed_by_the_next(tmp_path):
             while not mounts():
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1)
-            for pid in child_pids():
+            for pid in dead:
                 os.kill(pid, signal.SIGKILL)
             await episode
 
+    before = set(child_pids())   # (other tests' workers may be running)
     with os_worker(scratch_dir=scratch) as api:
-        dead = child_pids()
+        dead = set(child_pids()) - before
         asyncio.run(kill_mid_episode(api))
     assert mounts() and os.listdir(scratch)   # the dead worker's machine is still there
     assert any(glob.glob(os.path.join(cgroup.own_cgroup("memory"), f"agentrl_jax-{pid}"))
