@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# One-time (and idempotent) set-up on Debian/Ubuntu: system packages when root, a virtual
-# environment in .venv, and the package with its test and reference extras.
+# One-time (and idempotent) set-up on Debian/Ubuntu: system packages and the OS task's images
+# when root, a virtual environment in .venv, and the package with its test and reference extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in bubblewrap python3-venv g++ cmake make mariadb-server; do
+  for pkg in bubblewrap debootstrap python3-venv g++ cmake make mariadb-server; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if ((${#need[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
   fi
+  # The OS task's machines (AgentBench's three images), cached in /var/cache/agentrl_jax/rootfs;
+  # each is rebuilt only when its recipe changed. The OS worker refuses to start without them.
+  for image in default packages ubuntu; do
+    bash environments/sandbox/images/build_rootfs.sh --if-stale "$image"
+  done
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

@@ -1,17 +1,35 @@
 """One OS problem's machine: a sandbox with a persistent bash, set up like AgentBench's container.
 
-AgentBench gives each problem a fresh Ubuntu container and talks to it two ways, both kept here:
+AgentBench gives each problem a fresh Ubuntu container, as root, with a writable filesystem, and
+talks to it three ways, all kept here:
   * `run(script)`: the agent's commands, in one long-lived bash (cwd, variables, background jobs
     persist), with a 30 s limit per command;
-  * `exec_independent((language, code), *args)`: init and check scripts, each a separate process
-    (`bash -c code -- args` or `python3 -c code args`) started in /root with a clean environment,
-    returning its exit status and its stdout and stderr together, like `docker exec`.
+  * `exec_independent((language, code), *args)`: init scripts, each a separate bash or python3
+    started in /root with a clean environment, returning exit status and stdout+stderr;
+  * `check((language, code), *args)`: a check script, the same way but as the grader must run:
+    see "Grading" below.
 
-The sandbox's root filesystem is read-only apart from its writable directories, which start
-empty. So that problems may add users, write logs or install commands as they do in a container,
-the directories below are writable and, with an image, seeded with the image's own content (a
-copy owned by the sandbox's uid) before the shell's first command. /usr itself stays read-only
-(only /usr/local is writable): the sandbox has no overlay filesystem to make it writable cheaply.
+Roots (`ROOTS`):
+  overlay  each machine's `/` is a copy-on-write overlay over the read-only image, discarded with
+           the machine, as a container's is (sandbox `writable_root`; needs a worker that is real
+           host root, for the mounts). The machine's memory, CPU and written bytes are bounded as
+           a whole (sandbox `Limits`), its writes on a tmpfs of `disk_bytes`.
+  seeded   for a worker that cannot mount (one run inside a worker sandbox): the image read-only
+           except `WRITABLE`, which start as copies of the image's own directories; /usr itself
+           is then read-only (only /usr/local is writable), so problems that write there fail.
+  host     no image: the host's /usr read-only and the empty `WRITABLE` directories (never
+           chosen unless the task explicitly allows it, see task.py).
+
+Grading. AgentBench runs its check scripts with `docker exec` in the problem's container, so
+what they call is whatever the agent left there: a function or an alias named like a command (in
+our former single-shell design), an executable earlier on PATH, a hijacked shell. Here a check
+runs after everything of the agent is stopped, as a separate process that inherits nothing from
+the agent's shell (own PID namespace, environment `CHECK_ENV`, no fd of the shell), whose
+interpreters, libraries and linker configuration come from the pristine image (sandbox
+`pristine_system`), while the files the agent changed (its home, /etc/passwd, /usr/stock.log, a
+command it installed in /usr/local/bin) stay visible, which is what the problems check. PATH puts
+the image's directories first, so /usr/local/bin only adds commands the image lacks; Python
+ignores the user site and the working directory.
 
 All sandbox work runs on one private thread with a plain asyncio event loop: the worker's loop
 may be uvloop (uvicorn picks it when installed), whose subprocess support lacks the `user=` and
@@ -21,6 +39,7 @@ may be uvloop (uvicorn picks it when installed), whose subprocess support lacks 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import shlex
@@ -32,15 +51,22 @@ from typing import Any, TypeVar
 
 from environments.sandbox import ExecStatus, Limits, Sandbox, SandboxConfig, SandboxError
 
+ROOTS = ("overlay", "seeded", "host")
 WRITABLE = ("/root", "/home", "/tmp", "/etc", "/var", "/usr/local", "/opt", "/srv", "/mnt",
             "/media")
 SEEDED_FROM_IMAGE = ("/root", "/home", "/etc", "/var", "/usr/local", "/opt", "/srv", "/mnt",
                      "/media")
 COMMAND_TIMEOUT_S = 30.0    # AgentBench's limit on one agent command
-SCRIPT_TIMEOUT_S = 300.0    # init and check scripts (AgentBench sets none)
+SCRIPT_TIMEOUT_S = 300.0    # init scripts (AgentBench sets none)
+CHECK_TIMEOUT_S = 60.0      # one check script (AgentBench sets none)
+_SYSTEM_FIRST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"
+CHECK_ENV = {"PATH": _SYSTEM_FIRST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "xterm",
+             "PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
 _CLEAN_ENV = ("env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
               "HOME=/root LANG=C.UTF-8 TERM=xterm")
 _LOGIN = "for f in /etc/profile ~/.profile; do [ -r \"$f\" ] && . \"$f\"; done; cd /root"
+# stdout and stderr of a check as one stream, in order, as `docker exec` returns them.
+_MERGED = ("/bin/sh", "-c", 'exec 2>&1; exec "$@"', "check")
 
 
 T = TypeVar("T")
@@ -63,44 +89,57 @@ def default_rootfs_dir() -> Path:
     return Path(os.environ.get("AGENTRL_ROOTFS_CACHE", "/var/cache/agentrl_jax/rootfs"))
 
 
-def resolve_image(name: str, rootfs_dir: Path) -> str | None:
-    """The rootfs of AgentBench image `name`, else the default one, else None (host /usr)."""
-    for candidate in (name, "default"):
-        path = rootfs_dir / candidate
-        if (path / "usr").is_dir():
-            return str(path)
-    return None
+def image_path(name: str, rootfs_dir: Path) -> Path | None:
+    """The rootfs directory of AgentBench image `name` (build_rootfs.sh), or None if not built."""
+    path = rootfs_dir / name
+    return path if (path / "usr").is_dir() else None
 
 
-def sandbox_config(image: str | None, scratch_dir: str | None = None) -> SandboxConfig:
-    # Without an image the sandbox builds /etc from its own passwd/group files; keep it so.
-    writable = WRITABLE if image else tuple(p for p in WRITABLE if p != "/etc")
-    return SandboxConfig(image=image, writable=writable, workdir="/root",
-                         scratch_dir=scratch_dir, hostname="localhost",
-                         limits=Limits(timeout_s=COMMAND_TIMEOUT_S))
+@dataclasses.dataclass(frozen=True)
+class MachineSpec:
+    """What a machine is built from: `image` (None: host), `root` (one of ROOTS), its limits."""
+
+    image: str | None
+    root: str
+    scratch_dir: str | None = None
+    limits: Limits = Limits(timeout_s=COMMAND_TIMEOUT_S)
+    worker_memory_bytes: int | None = None
+
+    def sandbox_config(self) -> SandboxConfig:
+        if self.root not in ROOTS or (self.root == "host") != (self.image is None):
+            raise ValueError(f"root {self.root!r} with image {self.image!r}")
+        common = dict(image=self.image, workdir="/root", scratch_dir=self.scratch_dir,
+                      hostname="localhost", limits=self.limits,
+                      worker_memory_bytes=self.worker_memory_bytes)
+        if self.root == "overlay":
+            return SandboxConfig(writable=(), writable_root=True, **common)
+        # Without an image the sandbox builds /etc from its own passwd/group files; keep it so.
+        writable = WRITABLE if self.image else tuple(p for p in WRITABLE if p != "/etc")
+        return SandboxConfig(writable=writable, **common)
 
 
 class Machine:
-    """A started sandbox for one episode. `await Machine.start(...)`, then `close()`."""
+    """A started sandbox for one episode. `await Machine.start(spec)`, then `close()`."""
 
-    def __init__(self, config: SandboxConfig):
-        self.config = config
-        self.shell = Sandbox(config).session()
+    def __init__(self, spec: MachineSpec):
+        self.spec = spec
+        self.config = spec.sandbox_config()
+        self.shell = Sandbox(self.config).session()
 
     @classmethod
-    async def start(cls, image: str | None, scratch_dir: str | None = None) -> Machine:
-        machine = cls(sandbox_config(image, scratch_dir))
+    async def start(cls, spec: MachineSpec) -> Machine:
+        machine = cls(spec)
         try:
-            await on_sandbox_loop(machine._start(image))
+            await on_sandbox_loop(machine._start())
         except BaseException:
             await machine.close()
             raise
         return machine
 
-    async def _start(self, image: str | None) -> None:
+    async def _start(self) -> None:
         await self.shell.start()
-        if image:
-            await asyncio.to_thread(self._seed_from_image, image)
+        if self.spec.root == "seeded":
+            await asyncio.to_thread(self._seed_from_image, self.spec.image)
         await self.shell.run(_LOGIN, timeout=SCRIPT_TIMEOUT_S)
 
     def _seed_from_image(self, image: str) -> None:
@@ -129,21 +168,50 @@ class Machine:
 
     async def exec_independent(self, script: tuple[str, str], *args: str,
                                timeout: float = SCRIPT_TIMEOUT_S) -> tuple[int, str]:
-        """Runs a script as its own process, as AgentBench's `execute_independent` does."""
-        language, code = script
-        quoted = " ".join(shlex.quote(a) for a in args)
-        if language == "bash":
-            command = f"bash -c {shlex.quote(code)} -- {quoted}"
-        elif language == "python":
-            command = f"python3 -c {shlex.quote(code)} {quoted}"
-        else:
-            return 1, f"unsupported script language {language!r}"
-        # A subshell, so the persistent shell's cwd and variables stay as they are.
-        result = await on_sandbox_loop(
-            self.shell.run(f"(cd /root && {_CLEAN_ENV} {command}) 2>&1", timeout=timeout))
-        code_ = result.exit_code if result.exit_code is not None else 1
-        return code_, result.stdout + result.stderr
+        """Runs an init script as its own process, as AgentBench's `execute_independent` does.
+
+        Through the persistent shell (in a subshell, so that its cwd and variables stay), so
+        that what it starts in the background lives on, as in a container; the agent has not
+        run anything yet.
+        """
+        command = _argv(script, *args)
+        if command is None:
+            return 1, f"unsupported script language {script[0]!r}"
+        result = await on_sandbox_loop(self.shell.run(
+            f"(cd /root && {_CLEAN_ENV} {shlex.join(command)}) 2>&1", timeout=timeout))
+        code = result.exit_code if result.exit_code is not None else 1
+        return code, result.stdout + result.stderr
+
+    async def check(self, script: tuple[str, str], *args: str,
+                    timeout: float = CHECK_TIMEOUT_S) -> tuple[int, str]:
+        """Runs a check script as the grader (see the module docstring): (status, output).
+
+        Stops everything the agent runs first (for good: grading ends the episode). A machine
+        whose system directories the agent replaced cannot be graded: status 1 and the reason.
+        """
+        command = _argv(script, *args)
+        if command is None:
+            return 1, f"unsupported script language {script[0]!r}"
+        try:
+            result = await on_sandbox_loop(self.shell.exec(
+                [*_MERGED, *command], timeout=timeout, pristine_system=True, env=CHECK_ENV))
+        except SandboxError as e:
+            return 1, str(e)
+        if result.status in (ExecStatus.TIMEOUT, ExecStatus.SANDBOX_ERROR):
+            return 1, f"check {result.status.value}: {(result.stdout + result.stderr)[-300:]}"
+        code = result.exit_code if result.exit_code is not None else 1
+        return code, result.stdout + result.stderr
 
     async def close(self) -> None:
         # Shielded: the machine must go away even when the episode is being cancelled.
         await asyncio.shield(on_sandbox_loop(self.shell.close()))
+
+
+def _argv(script: tuple[str, str], *args: str) -> list[str] | None:
+    """`bash -c code -- args` or `python3 -c code args`, as AgentBench runs a script."""
+    language, code = script
+    if language == "bash":
+        return ["bash", "-c", code, "--", *args]
+    if language == "python":
+        return ["python3", "-c", code, *args]
+    return None

@@ -13,20 +13,44 @@ is: ...", and has `max_rounds` (8) turns. Each turn's tool calls run in order:
 Grading is AgentBench's: `match` compares the (stripped) answer with the expected string or
 searches a regex; `check` runs each check script in the machine as its own process with the
 arguments [answer, output of the previous scripts...], a null script meaning the reference
-`example`; all must exit 0. Reward 1 or 0, status `completed`. A turn without tool calls gets a
+`example`; all must exit 0. Unlike AgentBench's, a check runs after the agent's processes are
+stopped, on the image's own interpreters and tools (see machine.py, "Grading"). Reward 1 or 0,
+status `completed`. A turn without tool calls gets a
 user message and a call with bad arguments or an unknown name an error tool message; both cost
 the round. Out of rounds: `task limit reached`. An init script that fails: `task error`.
+
+Machines. Each problem names its AgentBench image (default, packages, ubuntu), built by
+scripts/setup.sh into `rootfs_dir`; the task refuses to start when one it needs is missing,
+unless `allow_host_fallback` (then the host's /usr stands in, and problems that rely on the
+image's content or on writing outside the writable directories fail). `root` is "auto" (the
+copy-on-write overlay when the worker is host root, else "seeded"), "overlay" or "seeded"
+(machine.py); the root in use is printed at start and recorded in every episode's metrics.
+Each machine's memory (`memory_mb`, tmpfs writes included), CPU share (`cpus`) and written bytes
+(`disk_mb`) are bounded, and all machines of a worker together by `worker_memory_mb` (default:
+half the host's memory), where the worker is root (cgroups and tmpfs mounts).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from agentrl_jax.controller.wire import SampleIndex, SampleStatus
 from environments.os_interaction.data import DEFAULT_DATA_DIR, Problem, load_split
-from environments.os_interaction.machine import Machine, default_rootfs_dir, resolve_image
+from environments.os_interaction.machine import (
+    COMMAND_TIMEOUT_S,
+    Machine,
+    MachineSpec,
+    default_rootfs_dir,
+    image_path,
+)
+from environments.sandbox import Limits, cgroup
+from environments.sandbox.config import default_worker_memory_bytes
+from environments.sandbox.layer import remove_stale_layers
+from environments.sandbox.mounts import host_root
+from environments.sandbox.uids import is_leased
 from environments.worker.task import EpisodeResult, Session, Task
 
 SYSTEM_PROMPT = """You are an assistant that will act like a person, I will play the role of linux(ubuntu) operating system. Your goal is to implement the operations required by me or answer to the question proposed by me. For each of your turn, you should first think what you should do, and then take exactly one of the three actions with the tools provided: "bash_action", "finish_action" or "answer_action".
@@ -86,7 +110,7 @@ async def grade(problem: Problem, machine: Machine, answer: str | None) -> tuple
         script = script or problem.example
         if script is None:
             return False, f"check {number} refers to a missing example"
-        status, output = await machine.exec_independent(script, *arguments)
+        status, output = await machine.check(script, *arguments)
         if status != 0:
             return False, f"check {number} exited {status}: {output.strip()[-200:]!r}"
         arguments.append(output)
@@ -94,22 +118,62 @@ async def grade(problem: Problem, machine: Machine, answer: str | None) -> tuple
 
 
 class OSTask(Task):
-    """`split` is "train" or "test"; `rootfs_dir` holds the images (build_rootfs.sh)."""
+    """`split` is "train" or "test"; `rootfs_dir` holds the images (build_rootfs.sh).
+
+    Raises ValueError when an image the split needs is missing (and not `allow_host_fallback`)
+    or when `root="overlay"` is asked of a worker that cannot mount.
+    """
 
     tools = TOOLS
 
     def __init__(self, split: str = "train", max_rounds: int = 8, concurrency: int = 32,
                  data_dir: str | None = None, rootfs_dir: str | None = None,
-                 scratch_dir: str | None = None) -> None:
+                 scratch_dir: str | None = None, allow_host_fallback: bool = False,
+                 root: str = "auto", memory_mb: int = 2048, disk_mb: int = 1024,
+                 cpus: float = 1.0, worker_memory_mb: int | None = None) -> None:
         self.split = split
         self.name = f"os_interaction-{split}"
         self.max_rounds = max_rounds
         self.concurrency = concurrency
         self.problems = load_split(split, data_dir or DEFAULT_DATA_DIR)
         self.rootfs_dir = Path(rootfs_dir) if rootfs_dir else default_rootfs_dir()
-        # Private layers on tmpfs: seeding a machine copies ~10 MB, slow on some disks.
-        self.scratch_dir = scratch_dir or ("/dev/shm/agentrl_os" if Path("/dev/shm").is_dir()
-                                           else None)
+        # Private layers on tmpfs (a root worker's are tmpfs mounts of their own anyway).
+        scratch_dir = scratch_dir or ("/dev/shm/agentrl_os" if Path("/dev/shm").is_dir()
+                                      else None)
+        if root == "auto":
+            root = "overlay" if host_root() else "seeded"
+        if root not in ("overlay", "seeded"):
+            raise ValueError(f"root must be auto, overlay or seeded, not {root!r}")
+        if root == "overlay" and not host_root():
+            raise ValueError("root=overlay needs a worker that is host root (it mounts each "
+                             "machine's copy-on-write root); use root=seeded otherwise")
+        limits = Limits(timeout_s=COMMAND_TIMEOUT_S, sandbox_memory_bytes=memory_mb * 1024**2,
+                        disk_bytes=disk_mb * 1024**2, cpus=cpus)
+        worker_memory = (default_worker_memory_bytes() if worker_memory_mb is None
+                         else worker_memory_mb * 1024**2)
+        self.specs: dict[str, MachineSpec] = {}
+        missing = []
+        for name in sorted({p.image for p in self.problems}):
+            image = image_path(name, self.rootfs_dir)
+            if image is None:
+                missing.append(name)
+            self.specs[name] = MachineSpec(
+                image=str(image) if image else None, root=root if image else "host",
+                scratch_dir=scratch_dir, limits=limits, worker_memory_bytes=worker_memory)
+        if missing and not allow_host_fallback:
+            raise ValueError(
+                f"the OS task's images {missing} are not built in {self.rootfs_dir}: run "
+                "scripts/setup.sh as root (it calls environments/sandbox/images/build_rootfs.sh)"
+                ", or pass allow_host_fallback=true to use the host's /usr instead (problems "
+                "that need the image's content or a writable / then fail)")
+        if host_root() and scratch_dir is not None:   # what a killed worker left on the host
+            stale = remove_stale_layers(scratch_dir, is_leased)
+            stale += cgroup.remove_stale_groups() if cgroup.available() else []
+            if stale:
+                print(f"{self.name}: removed {len(stale)} machine layers and cgroups left by "
+                      "workers that died", file=sys.stderr, flush=True)
+        roots = sorted({f"{n}: {s.root}" for n, s in self.specs.items()})
+        print(f"{self.name}: machines {', '.join(roots)}", file=sys.stderr, flush=True)
 
     def indices(self) -> list[SampleIndex]:
         return list(range(len(self.problems)))
@@ -121,9 +185,10 @@ class OSTask(Task):
 
     async def episode(self, index: SampleIndex, session: Session) -> EpisodeResult:
         problem = self.problem(index)
-        image = resolve_image(problem.image, self.rootfs_dir)
-        machine = await Machine.start(image, self.scratch_dir)
-        metrics: dict[str, Any] = {"source": problem.source, "image": image or "host"}
+        spec = self.specs[problem.image]
+        machine = await Machine.start(spec)
+        metrics: dict[str, Any] = {"source": problem.source, "image": spec.image or "host",
+                                   "root": spec.root}
         try:
             for script in problem.init:
                 status, output = await machine.exec_independent(script)

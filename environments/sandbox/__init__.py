@@ -9,11 +9,16 @@ Security model:
     PID, mount, IPC, UTS and (unless asked) network namespaces, with no capabilities and no
     nested user namespaces; it sees only its own processes and a loopback that is not the host's;
   * the filesystem is the image (or the host's /usr) read-only, plus a private layer of writable
-    directories that is a host directory deleted on close; host files are simply not mounted;
+    directories that is a host directory deleted on close, or (`writable_root`, host root) a
+    copy-on-write overlay of the whole image; host files are simply not mounted;
   * rlimits on address space, processes (per uid, hence per sandbox), CPU time, file size and
-    open files, a wall-clock timeout, and output truncation bound what one sandbox can consume;
-  * a timeout or a fork bomb kills the sandbox's whole PID namespace; closing does too.
-Not bounded: total disk use of the private layer (only the size of each file) and disk I/O.
+    open files, a wall-clock timeout, and output truncation bound each process; as host root,
+    a memory cgroup, a CPU quota and a tmpfs byte quota bound the sandbox as a whole, and a
+    parent cgroup all sandboxes of the worker (`cgroup.py`, `layer.py`);
+  * a timeout or a fork bomb kills the sandbox's whole PID namespace; closing does too;
+  * `ShellSession.exec(pristine_system=True)` runs a process that inherits nothing from the
+    shell and uses the image's own system code (how the OS task grades, see `bwrap.py`).
+Not bounded: disk I/O bandwidth; without host root, the sandbox's totals (rlimits only).
 """
 
 from environments.sandbox.config import Limits, SandboxConfig

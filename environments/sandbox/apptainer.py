@@ -11,18 +11,24 @@ like the bwrap one. Flags, as in Apptainer >= 1.1 `exec`:
   --no-privs     drop all capabilities;
   --bind src:dst / --home src:dst   the private layer's directories, the only writable paths.
 The image (a sandbox directory or a .sif) is read-only because --writable is never passed.
+With a writable root (`SandboxConfig.writable_root`) the private layer's `overlay/` directory is
+an `--overlay` over the image: the same copy-on-write `/` as bwrap's, kept across the session's
+shell restarts and deleted with the layer. A pristine-system process mounts that overlay
+read-only and binds the image's /usr (a directory image only) over it, as bwrap's does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 from environments.sandbox.config import SandboxConfig
 from environments.sandbox.layer import PrivateLayer
 
 
 def apptainer_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str],
-                   apptainer: str = "apptainer") -> list[str]:
+                   apptainer: str = "apptainer", pristine_system: bool = False,
+                   env: Mapping[str, str] | None = None) -> list[str]:
     """The argv that runs `command` in a sandbox described by `config` over `layer`."""
     if config.image is None:
         raise ValueError("the apptainer backend needs an image (a .sif or a sandbox directory)")
@@ -32,6 +38,14 @@ def apptainer_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence
         argv.append("--fakeroot")  # otherwise the sandbox keeps its host uid: no remapping
     if not config.network:
         argv += ["--net", "--network", "none"]
+    if config.writable_root:
+        overlay = os.path.join(layer.path, "overlay")
+        os.makedirs(overlay, mode=0o755, exist_ok=True)
+        argv += ["--overlay", f"{overlay}:ro" if pristine_system else overlay]
+    if pristine_system:
+        if not os.path.isdir(config.image):
+            raise ValueError("a pristine-system process needs a directory image (not a .sif)")
+        argv += ["--bind", f"{os.path.join(config.image, 'usr')}:/usr:ro"]
     home = layer.writable.get(config.workdir)
     for dest, src in layer.writable.items():
         if dest == config.workdir:
@@ -42,8 +56,7 @@ def apptainer_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence
     for src, dest in config.ro_binds:
         argv += ["--bind", f"{src}:{dest}:ro"]
     argv += ["--pwd", config.workdir]
-    env = {"HOME": config.workdir, **config.env}
-    for key, value in env.items():
+    for key, value in {"HOME": config.workdir, **(config.env if env is None else env)}.items():
         if "," in value:  # --env is a comma-separated map flag: a comma would split the value
             raise ValueError(f"apptainer --env cannot carry commas: {key}={value!r}")
         argv += ["--env", f"{key}={value}"]

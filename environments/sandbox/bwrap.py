@@ -11,12 +11,22 @@ bwrap runs unprivileged (as the sandbox's own host uid, see `uids.py`) and build
 
 bwrap reports, on --info-fd, the host pid of the sandbox's PID 1 (bwrap's own init); killing it
 ends every process of the sandbox at once (see `process.py`).
+
+With a writable root (`SandboxConfig.writable_root`) `/` is the private layer's overlay over the
+image instead, read-write. A *pristine-system* process (`pristine_system=True`, the OS task's
+grader) sees the sandbox's files, but with the system's code taken from the untouched image: /usr's
+bin, sbin, lib* and libexec (and through the merged-/usr links /bin, /sbin, /lib*), Perl's
+modules, the dynamic linker's configuration, the alternatives; /usr/local/lib (Python's
+dist-packages, any shared library) is an empty read-only directory. The rest, data such as
+/usr/stock.log or a command in /usr/local/bin, stays the sandbox's. `pristine_system_problem`
+checks first that the sandbox has not replaced the directories these mounts go over.
 """
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from environments.sandbox.config import SandboxConfig
 from environments.sandbox.layer import PrivateLayer
@@ -27,11 +37,24 @@ _HOST_SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Host /etc files that are harmless and that common tools need: Debian's alternatives (awk, vi,
 # editor, ...) and the dynamic linker's cache.
 _HOST_ETC = ("/etc/alternatives", "/etc/ld.so.cache")
+# What a pristine-system process takes from the image over a writable root: executables, the
+# libraries and interpreters' modules they load, and what tells the linker where those are.
+_PRISTINE_DIRS = ("usr/bin", "usr/sbin", "usr/lib", "usr/lib32", "usr/lib64", "usr/libx32",
+                  "usr/libexec", "usr/share/perl", "usr/share/perl5", "etc/alternatives",
+                  "etc/ld.so.conf.d", "etc/perl")
+# Interpreters' configuration that runs code at their start (Debian's python3.X/sitecustomize.py).
+_PRISTINE_GLOBS = ("etc/python3*",)
+_PRISTINE_FILES = ("etc/ld.so.cache", "etc/ld.so.conf")
 
 
 def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str],
-               info_fd: int | str | None = None, bwrap: str = "bwrap") -> list[str]:
-    """The argv that runs `command` in a sandbox described by `config` over `layer`."""
+               info_fd: int | str | None = None, bwrap: str = "bwrap",
+               pristine_system: bool = False,
+               env: Mapping[str, str] | None = None) -> list[str]:
+    """The argv that runs `command` in a sandbox described by `config` over `layer`.
+
+    `env` replaces `config.env` (HOME is the workdir unless `env` sets it).
+    """
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--disable-userns",
             "--cap-drop", "ALL", "--uid", str(config.inside_uid), "--gid", str(config.inside_uid),
@@ -39,9 +62,10 @@ def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str
     if not config.network:
         argv.append("--unshare-net")
     argv += _filesystem(config, layer)
+    if pristine_system:
+        argv += _pristine_system(config, layer)
     argv += ["--chdir", config.workdir, "--clearenv"]
-    env = {"HOME": config.workdir, **config.env}
-    for key, value in env.items():
+    for key, value in {"HOME": config.workdir, **(config.env if env is None else env)}.items():
         argv += ["--setenv", key, value]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
@@ -49,7 +73,11 @@ def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str
 
 
 def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
-    if config.image is not None:
+    if config.writable_root:
+        if layer.root is None:
+            raise ValueError("a writable root needs a layer built over the image")
+        args = ["--bind", layer.root, "/"]
+    elif config.image is not None:
         args = ["--ro-bind", config.image, "/"]
     else:
         # bwrap would create /etc 0700 for the binds below; a non-root inside uid needs 0755.
@@ -78,3 +106,70 @@ def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
         # or the sandbox could write (and fill memory) anywhere outside the private layer.
         args += ["--remount-ro", "/"]
     return args
+
+
+def _pristine_system(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
+    image = _pristine_image(config, layer)
+    args = []
+    if image is not None:   # (without an image, the host's /usr and /etc are read-only)
+        for rel in _pristine_paths(image):
+            if os.path.lexists(os.path.join(image, rel)):
+                args += ["--ro-bind", os.path.join(image, rel), "/" + rel]
+        args += ["--ro-bind", "/dev/null", "/etc/ld.so.preload"]
+    return [*args, "--perms", "0755", "--tmpfs", "/usr/local/lib", "--remount-ro", "/usr/local/lib"]
+
+
+def _pristine_image(config: SandboxConfig, layer: PrivateLayer) -> str | None:
+    """The untouched image as a host path: the writable root's lower layer, or the image."""
+    return layer.pristine if config.writable_root else config.image
+
+
+def _agent_view(config: SandboxConfig, layer: PrivateLayer, rel: str) -> str:
+    """The host path of what the sandbox sees at `/rel` (its root, a writable dir, the image)."""
+    if config.writable_root:
+        return os.path.join(layer.root, rel)
+    path = "/" + rel
+    for dest, src in layer.writable.items():
+        if path == dest or path.startswith(dest + "/"):
+            return src + path[len(dest):]
+    return os.path.join(config.image, rel)
+
+
+def pristine_system_problem(config: SandboxConfig, layer: PrivateLayer) -> str | None:
+    """Why a pristine-system process cannot start in this sandbox, or None.
+
+    Binds go over paths the sandbox may have changed, and bwrap follows a symlink it finds
+    there; so each path they go over must still be what the image has (the same kind of file,
+    the same link target), /etc/ld.so.preload absent or a plain file. Only meaningful while no
+    process of the sandbox runs (it could change them after the check).
+    """
+    image = _pristine_image(config, layer)
+    if image is None:
+        return None
+    names = [*_HOST_SYSTEM_DIRS, "etc", "usr", "usr/share", *_pristine_paths(image),
+             "usr/local", "usr/local/lib"]
+    for rel in names:
+        theirs, mine = os.path.join(image, rel), _agent_view(config, layer, rel)
+        if os.path.lexists(theirs) and _kind(theirs) != _kind(mine):
+            return f"/{rel} was replaced ({_kind(theirs)} in the image, {_kind(mine)} now)"
+    preload = _agent_view(config, layer, "etc/ld.so.preload")
+    if os.path.lexists(preload) and _kind(preload) != "file":
+        return "/etc/ld.so.preload is not a plain file"
+    return None
+
+
+def _pristine_paths(image: str) -> list[str]:
+    """The image-relative paths a pristine-system process takes from `image`, parents first."""
+    globbed = sorted(os.path.relpath(p, image) for pattern in _PRISTINE_GLOBS
+                     for p in glob.glob(os.path.join(image, pattern)))
+    return [*_PRISTINE_DIRS, *globbed, *_PRISTINE_FILES]
+
+
+def _kind(path: str) -> str:
+    if os.path.islink(path):
+        return f"link to {os.readlink(path)}"
+    if os.path.isdir(path):
+        return "directory"
+    if os.path.isfile(path):
+        return "file"
+    return "missing" if not os.path.lexists(path) else "special file"

@@ -15,7 +15,10 @@ from collections.abc import Mapping
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Resource limits of one sandbox (each process inside gets them as rlimits).
+    """Resource limits of one sandbox: rlimits of each process, and the sandbox's totals.
+
+    The totals (memory, cpus, disk) need a root worker (cgroups, tmpfs mounts); without root
+    only the per-process rlimits hold.
 
     Attributes:
       memory_bytes: RLIMIT_AS of every process: address space, so it also counts memory that is
@@ -29,6 +32,12 @@ class Limits:
       shm_bytes: size of the sandbox's /dev/shm (a tmpfs, i.e. memory outside RLIMIT_AS).
       timeout_s: default wall-clock limit of one command (exec or session run).
       output_bytes: stdout and stderr are each truncated to this many bytes.
+      sandbox_memory_bytes: memory of all the sandbox's processes together, and the tmpfs pages
+        they write (a memory cgroup, see `cgroup.py`). None: unlimited.
+      cpus: CPU quota of the sandbox, in CPUs (a CFS quota): one session cannot take more than
+        this of the machine however many processes it runs. None: unlimited.
+      disk_bytes: byte quota of everything the sandbox writes (its private layer is a tmpfs of
+        this size, see `layer.py`). None: unbounded (the scratch directory's file system).
     """
 
     memory_bytes: int | None = 2 * 1024**3
@@ -39,6 +48,14 @@ class Limits:
     shm_bytes: int = 64 * 1024**2
     timeout_s: float = 60.0
     output_bytes: int = 64 * 1024
+    sandbox_memory_bytes: int | None = 2 * 1024**3
+    cpus: float | None = 1.0
+    disk_bytes: int | None = 1024**3
+
+
+def default_worker_memory_bytes() -> int:
+    """Half of the host's memory: the default bound of one worker's sandboxes together."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
 
 
 DEFAULT_WRITABLE = ("/root", "/home", "/tmp", "/var/tmp")
@@ -55,6 +72,8 @@ class SandboxConfig:
       network: False gives the sandbox its own empty network namespace (loopback only, which is
         not the host's loopback). True shares the host's network, loopback included.
       writable: the only writable paths inside; each is an empty directory of the private layer.
+      writable_root: instead, a copy-on-write `/` over the image (an overlay whose upper layer
+        is the private layer, discarded with it); needs an image directory and a root worker.
       workdir: initial working directory (and HOME); should be under one of `writable`.
       scratch_dir: host directory that holds the private layers; None: $TMPDIR/agentrl_sandbox.
       uid_range: (first, count) of host uids handed out one per sandbox when running as root.
@@ -63,6 +82,8 @@ class SandboxConfig:
       ro_binds: extra (host_path, sandbox_path) read-only binds, e.g. task data.
       hostname: hostname inside.
       limits: resource limits.
+      worker_memory_bytes: bound of the memory of all the sandboxes of this worker process
+        together (their common parent cgroup; the last config to start a sandbox sets it).
     """
 
     image: str | None = None
@@ -83,6 +104,8 @@ class SandboxConfig:
     ro_binds: tuple[tuple[str, str], ...] = ()
     hostname: str = "sandbox"
     limits: Limits = Limits()
+    writable_root: bool = False
+    worker_memory_bytes: int | None = dataclasses.field(default_factory=default_worker_memory_bytes)
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "bwrap", "apptainer"):
@@ -90,6 +113,8 @@ class SandboxConfig:
         for path in (*self.writable, self.workdir, *(dst for _, dst in self.ro_binds)):
             if not path.startswith("/") or ".." in path.split("/"):
                 raise ValueError(f"sandbox paths must be absolute and normalised: {path!r}")
+        if self.writable_root and self.image is None:
+            raise ValueError("a writable root needs an image to copy on write")
 
     def resolved_backend(self) -> str:
         """The backend to use: "auto" picks apptainer only when its binary is installed."""

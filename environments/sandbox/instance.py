@@ -1,6 +1,9 @@
-"""One isolated environment: a leased host uid, a private layer, and a backend to run in it.
+"""One isolated environment: a leased host uid, a private layer, cgroups, and a backend to run in.
 
-`Sandbox.exec` builds one per command; a `ShellSession` keeps one for its whole life.
+`Sandbox.exec` builds one per command; a `ShellSession` keeps one for its whole life. As root,
+the layer is a tmpfs of `limits.disk_bytes` (with `writable_root`, a copy-on-write root over the
+image) and the sandbox's processes share one cgroup (`limits.sandbox_memory_bytes`,
+`limits.cpus`); without root, only the per-process rlimits hold.
 """
 
 from __future__ import annotations
@@ -8,10 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from environments.sandbox import cgroup, mounts
 from environments.sandbox.apptainer import apptainer_argv
-from environments.sandbox.bwrap import bwrap_argv
+from environments.sandbox.bwrap import bwrap_argv, pristine_system_problem
 from environments.sandbox.config import SandboxConfig
 from environments.sandbox.layer import PrivateLayer
 from environments.sandbox.process import SandboxProcess, prlimit_argv, spawn
@@ -39,41 +43,79 @@ class SandboxInstance:
         self._tool, self._prlimit = tool, prlimit
         if self.backend == "apptainer" and config.image is None:
             raise SandboxError("the apptainer backend needs an image (a .sif or a directory)")
+        can_mount = os.geteuid() == 0 and mounts.host_root()
+        root_mounts = can_mount and self.backend == "bwrap"   # the writable root's, if asked
+        if config.writable_root and self.backend == "bwrap":
+            if not can_mount:
+                raise SandboxError("a writable root needs a worker that is host root "
+                                   "(idmapped and overlay mounts, one host uid per sandbox)")
+            if not os.path.isdir(config.image):
+                raise SandboxError(f"a writable root needs a directory image: {config.image!r}")
         self._lease: UidLease | None = None
         if os.geteuid() == 0:
+            if config.image is not None:
+                _check_world_readable(config.image)
             try:
                 self._lease = acquire_uid(*config.uid_range)
             except RuntimeError as e:
                 raise SandboxError(str(e)) from e
-            if config.image is not None:
-                _check_world_readable(config.image)
+        self.cgroup: cgroup.SandboxCgroup | None = None
         try:
-            self.layer = PrivateLayer(config.resolved_scratch_dir(), config.writable,
-                                      owner=self.uid, inside_uid=config.inside_uid,
-                                      hostname=config.hostname)
+            self.layer = PrivateLayer(
+                config.resolved_scratch_dir(), config.writable, owner=self.uid,
+                inside_uid=config.inside_uid, hostname=config.hostname,
+                size_bytes=config.limits.disk_bytes if can_mount else None,
+                image=config.image if config.writable_root and root_mounts else None)
+        except OSError as e:
+            self._release_uid()
+            raise SandboxError(f"cannot build the sandbox's private layer: {e}") from e
         except BaseException:
             self._release_uid()
             raise
+        limits = config.limits
+        wants_cgroup = limits.sandbox_memory_bytes is not None or limits.cpus is not None
+        if self.uid is not None and wants_cgroup and cgroup.available():
+            try:
+                self.cgroup = cgroup.SandboxCgroup(
+                    os.path.basename(self.layer.path), self.uid, limits.sandbox_memory_bytes,
+                    limits.cpus, config.worker_memory_bytes)
+            except BaseException as e:
+                self.close()
+                if isinstance(e, OSError):
+                    raise SandboxError(f"cannot create the sandbox's cgroups: {e}") from e
+                raise
 
     @property
     def uid(self) -> int | None:
         """The host uid the sandbox runs as (None: the worker's own, when not root)."""
         return None if self._lease is None else self._lease.uid
 
-    async def start(self, command: Sequence[str], stdin_pipe: bool = False) -> SandboxProcess:
-        """Starts `command` inside. Raises SandboxError when the outer process cannot start."""
+    async def start(self, command: Sequence[str], stdin_pipe: bool = False,
+                    pristine_system: bool = False,
+                    env: Mapping[str, str] | None = None) -> SandboxProcess:
+        """Starts `command` inside. Raises SandboxError when the outer process cannot start.
+
+        `pristine_system`: the system's code from the untouched image (see `bwrap.py`); start
+        it only while nothing else of the sandbox runs. `env` replaces `config.env`.
+        """
         limits = prlimit_argv(self.config.limits, self._prlimit)
+        if pristine_system:
+            problem = pristine_system_problem(self.config, self.layer)
+            if problem is not None:
+                raise SandboxError(f"no pristine system over this root: {problem}")
         if self.backend == "bwrap":
             inner = bwrap_argv(self.config, self.layer, command, info_fd="{info_fd}",
-                               bwrap=self._tool)
+                               bwrap=self._tool, pristine_system=pristine_system, env=env)
         else:
-            inner = apptainer_argv(self.config, self.layer, command, apptainer=self._tool)
-        env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8",
-               "HOME": self.layer.path}
+            inner = apptainer_argv(self.config, self.layer, command, apptainer=self._tool,
+                                   pristine_system=pristine_system, env=env)
+        outer_env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8",
+                     "HOME": self.layer.path}
+        attach = self.cgroup.attach_argv() if self.cgroup is not None else []
         try:
-            return await spawn([*limits, *inner], uid=self.uid, cwd=self.layer.path,
+            return await spawn([*attach, *limits, *inner], uid=self.uid, cwd=self.layer.path,
                                stdin_pipe=stdin_pipe, info_fd_flag=self.backend == "bwrap",
-                               env=env)
+                               env=outer_env)
         except OSError as e:
             raise SandboxError(f"cannot start {self.backend}: {e}") from e
 
@@ -85,10 +127,12 @@ class SandboxInstance:
         return count_processes(self.uid) >= limit - 2  # -2: fork errors make the count dip
 
     def close(self) -> None:
-        """Deletes the private layer and returns the uid. Kill the processes first."""
+        """Deletes the private layer and the cgroups, returns the uid. Kill the processes first."""
         try:
             self.layer.remove()
         finally:
+            if self.cgroup is not None:
+                self.cgroup.remove()
             self._release_uid()
 
     def _release_uid(self) -> None:

@@ -3,11 +3,18 @@
 Layout under `<scratch>/<random id>/` (mode 0700, owned by the sandbox's uid):
   rw/<i>_<path>  one empty directory per writable sandbox path (e.g. /root, /tmp), bound rw;
   etc/           passwd, group and hosts for sandboxes built on the host's /usr (no image),
-                 bound read-only, so that `ls -l`, `whoami` and `localhost` work.
+                 bound read-only, so that `ls -l`, `whoami` and `localhost` work;
+and, for a copy-on-write root over an image (root only, see `mounts.py`):
+  pristine/      the image, idmapped (its root-owned files owned by the sandbox's uid), read-only;
+  upper/ work/   the overlay's upper layer (everything the sandbox changes) and its work dir;
+  root/          the overlay: the sandbox's whole writable `/`.
 
-It is a directory on disk rather than a tmpfs inside the sandbox so that it survives restarting
-the sandbox's shell (after a timeout, say) within one session, and so that deleting it on close
-is something the host does and can check.
+With `size_bytes` (root only) the layer is a tmpfs of that size: a byte quota on everything the
+sandbox writes, whose pages count against the memory cgroup of the process that writes them.
+
+It lives on the host rather than inside the sandbox so that it survives restarting the sandbox's
+shell (after a timeout, say) within one session, and so that deleting it on close is something
+the host does and can check.
 """
 
 from __future__ import annotations
@@ -16,25 +23,40 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
+
+from environments.sandbox import mounts
 
 
 class PrivateLayer:
     """Creates the layer on construction; `remove()` deletes it and everything in it."""
 
     def __init__(self, scratch_dir: str, writable: tuple[str, ...], owner: int | None,
-                 inside_uid: int, hostname: str):
+                 inside_uid: int, hostname: str, size_bytes: int | None = None,
+                 image: str | None = None):
         """Args:
           scratch_dir: parent directory of all layers (created 0711 if missing).
           writable: sandbox paths to back with a private directory each.
           owner: host uid (and gid) that owns the layer; None: the current user.
           inside_uid: the sandbox's own uid, for the generated passwd.
           hostname: for the generated hosts file.
+          size_bytes: make the layer a tmpfs of this size (needs root); None: a plain directory.
+          image: build a copy-on-write root over this image directory (needs root and `owner`).
         """
         os.makedirs(scratch_dir, mode=0o711, exist_ok=True)
         self.path = os.path.join(scratch_dir, secrets.token_hex(8))
         os.mkdir(self.path, 0o700)
+        self.root: str | None = None       # the writable root (overlay), if any
+        self.pristine: str | None = None   # the image as the sandbox sees it, read-only
+        self._mounts: list[str] = []       # innermost last
         try:
+            if size_bytes is not None:
+                mounts.mount_tmpfs(self.path, size_bytes, owner)
+                self._mounts.append(self.path)
+            if image is not None:
+                self._build_root(image, owner)
             self.writable = {}
+            os.mkdir(os.path.join(self.path, "rw"), 0o755)
             for i, dest in enumerate(writable):
                 src = os.path.join(self.path, "rw", f"{i}{dest.replace('/', '_')}")
                 os.makedirs(src, 0o755)
@@ -53,14 +75,61 @@ class PrivateLayer:
             self.remove()
             raise
 
+    def _build_root(self, image: str, owner: int | None) -> None:
+        if owner is None:
+            raise OSError("a copy-on-write root needs a sandbox uid of its own (run as root)")
+        self.pristine, self.root = (os.path.join(self.path, d) for d in ("pristine", "root"))
+        upper, work = os.path.join(self.path, "upper"), os.path.join(self.path, "work")
+        for d in (self.pristine, self.root, upper, work):
+            os.mkdir(d, 0o755)
+        for d in (upper, work):
+            os.chown(d, owner, owner)   # the overlay's "/" takes the upper layer's owner
+        mounts.mount_idmapped(image, self.pristine, owner)
+        self._mounts.append(self.pristine)
+        mounts.mount_overlay(self.pristine, upper, work, self.root)
+        self._mounts.append(self.root)
+
     def remove(self) -> None:
-        """Deletes the layer. Safe against symlinks planted inside and against chmod 000 dirs."""
+        """Deletes the layer. Safe against symlinks planted inside and against chmod 000 dirs.
+
+        Unmounts first (innermost first): the image is never walked, and a tmpfs goes at once.
+        """
+        while self._mounts:
+            mounts.unmount(self._mounts.pop())
         if os.path.lexists(self.path):
             shutil.rmtree(self.path, onerror=_make_writable_and_retry)
 
     @property
     def exists(self) -> bool:
         return os.path.lexists(self.path)
+
+
+def remove_stale_layers(scratch_dir: str, is_leased: Callable[[int], bool]) -> list[str]:
+    """Deletes the layers under `scratch_dir` left by a worker that died; returns their paths.
+
+    A layer is owned by its sandbox's uid, whose lease its sandbox holds until the layer is
+    gone (`SandboxInstance.close`): a layer whose owner is not leased is nobody's. Its mounts
+    (tmpfs, image, overlay) are detached first, innermost first.
+    """
+    if not os.path.isdir(scratch_dir):
+        return []
+    removed = []
+    for name in os.listdir(scratch_dir):
+        path = os.path.join(scratch_dir, name)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid == os.geteuid() or is_leased(info.st_uid):
+            continue
+        with open("/proc/mounts") as f:
+            inside = [line.split()[1] for line in f]
+        for target in sorted((m for m in inside if m == path or m.startswith(path + "/")),
+                             key=len, reverse=True):
+            mounts.unmount(target)
+        shutil.rmtree(path, onerror=_make_writable_and_retry)
+        removed.append(path)
+    return removed
 
 
 def _write_etc(etc: str, inside_uid: int, hostname: str) -> None:

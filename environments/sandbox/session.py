@@ -17,6 +17,11 @@ private layer survive, processes, variables and cwd do not (the result says TIME
 how a fork bomb is stopped (one left running in the background by an earlier command is noticed
 from its error messages and stopped before the next command runs), and when the script ends the
 shell itself (`exit 3`, or the CPU limit killing it): then the result carries the shell's status.
+
+Separate processes. `exec(argv)` runs a command as its own process in the same sandbox (same
+files, same limits) but with nothing of the shell: its own PID namespace, environment and pipes.
+With `pristine_system=True` the shell and everything it started are stopped first and the
+command gets the image's system code (see `bwrap.py`): how the OS task grades.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
+from collections.abc import Mapping, Sequence
 
 from environments.sandbox.config import SandboxConfig
 from environments.sandbox.instance import ProcessLimitWatch, SandboxError, SandboxInstance
+from environments.sandbox.oneshot import run_to_end
 from environments.sandbox.output import StreamBuffer, pump
 from environments.sandbox.process import SandboxProcess
 from environments.sandbox.result import ExecResult, ExecStatus, classify, decode
@@ -57,13 +64,16 @@ class ShellSession:
         return None if self._instance is None else self._instance.layer.path
 
     async def start(self) -> ShellSession:
+        self._start_instance()
+        if self._proc is None:
+            await self._start_shell()
+        return self
+
+    def _start_instance(self) -> None:
         if self._closed:
             raise SandboxError("session is closed")
         if self._instance is None:
             self._instance = SandboxInstance(self.config)
-        if self._proc is None:
-            await self._start_shell()
-        return self
 
     async def run(self, script: str, timeout: float | None = None) -> ExecResult:
         """Runs `script` in the shell; returns its output, exit status and classified status."""
@@ -77,6 +87,32 @@ class ShellSession:
                 # kill the shell now; the next run starts a fresh one.
                 await self._stop_shell()
                 raise
+
+    async def exec(self, argv: Sequence[str], timeout: float | None = None,
+                   pristine_system: bool = False,
+                   env: Mapping[str, str] | None = None) -> ExecResult:
+        """Runs `argv` as a separate process in this sandbox and waits for its end.
+
+        `pristine_system`: stop the shell (and all it started) first, and give the command the
+        image's system code; the next `run` starts a fresh shell. `env` replaces `config.env`.
+        """
+        async with self._lock:
+            self._start_instance()
+            if pristine_system:
+                await self.stop()
+            proc = await self._instance.start(argv, pristine_system=pristine_system, env=env)
+            try:
+                return await run_to_end(proc, None, timeout or self.config.limits.timeout_s,
+                                        self.config.limits.output_bytes,
+                                        ProcessLimitWatch(self._instance))
+            finally:
+                await proc.kill()
+
+    async def stop(self) -> None:
+        """Kills every process of the sandbox and keeps its files; `run` restarts the shell."""
+        if self._proc is not None:
+            self.restarts += 1
+        await self._stop_shell()
 
     async def close(self) -> None:
         """Kills every process of the sandbox and deletes its private layer. Idempotent."""

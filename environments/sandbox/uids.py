@@ -63,6 +63,23 @@ def acquire_uid(first: int, count: int, lock_dir: str = _LOCK_DIR) -> UidLease:
     raise RuntimeError(f"all {count} sandbox uids from {first} are in use")
 
 
+def is_leased(uid: int, lock_dir: str = _LOCK_DIR) -> bool:
+    """Whether some live process holds `uid`'s lease (a probe: it takes and drops the lock)."""
+    try:
+        fd = os.open(os.path.join(lock_dir, str(uid)), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)   # drops the lock if we took it
+    return False
+
+
 def count_processes(uid: int) -> int:
     """How many processes (threads not counted) on the host have `uid` as their real uid."""
     count = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -214,3 +215,54 @@ def test_apptainer_def_files_are_well_formed():
         assert {"%post", "%labels"} <= sections, name
         assert sections <= {"%post", "%labels", "%environment", "%runscript", "%files", "%help",
                             "%test"}, name
+
+
+def _cow_layer(tmp_path):
+    """A stand-in for a writable-root layer: its overlay root and the image it shows."""
+    pristine, root = tmp_path / "pristine", tmp_path / "root"
+    for rel in ("usr/bin", "usr/lib", "etc/alternatives", "etc/python3.11", "usr/local/lib"):
+        (pristine / rel).mkdir(parents=True)
+    (pristine / "etc/ld.so.cache").write_text("")
+    return SimpleNamespace(root=str(root), pristine=str(pristine), writable={},
+                           path=str(tmp_path), etc=str(tmp_path / "etc"))
+
+
+def test_bwrap_argv_with_a_writable_root(tmp_path):
+    layer = _cow_layer(tmp_path)
+    config = SandboxConfig(image="/images/os", writable=(), writable_root=True)
+    argv = bwrap_argv(config, layer, ["true"])
+    assert (layer.root, "/") in _pairs(argv, "--bind")
+    assert ("/images/os", "/") not in _pairs(argv, "--ro-bind")
+    assert not any(dst.startswith("/usr") for _, dst in _pairs(argv, "--ro-bind"))
+
+
+def test_bwrap_argv_of_a_pristine_system_process(tmp_path):
+    layer = _cow_layer(tmp_path)
+    config = SandboxConfig(image="/images/os", writable=(), writable_root=True)
+    argv = bwrap_argv(config, layer, ["true"], pristine_system=True, env={"PATH": "/usr/bin"})
+    ro = _pairs(argv, "--ro-bind")
+    for rel in ("usr/bin", "usr/lib", "etc/alternatives", "etc/python3.11", "etc/ld.so.cache"):
+        assert (os.path.join(layer.pristine, rel), "/" + rel) in ro
+    assert ("/dev/null", "/etc/ld.so.preload") in ro
+    assert ("/usr/share/perl5", "/usr/share/perl5") not in ro   # only what the image has
+    assert argv[argv.index("--tmpfs", argv.index("/usr/bin")) + 1] == "/usr/local/lib"
+    # After the root, and the environment is exactly the one given (plus HOME).
+    assert argv.index("/") < argv.index("/usr/bin")
+    assert _pairs(argv, "--setenv") == [("HOME", "/root"), ("PATH", "/usr/bin")]
+
+
+def test_apptainer_argv_with_a_writable_root(tmp_path):
+    layer = _layer(tmp_path)
+    image = tmp_path / "image"
+    (image / "usr").mkdir(parents=True)
+    config = SandboxConfig(image=str(image), writable_root=True)
+    agent = apptainer_argv(config, layer, ["bash"])
+    overlay = os.path.join(layer.path, "overlay")
+    assert agent[agent.index("--overlay") + 1] == overlay and os.path.isdir(overlay)
+    grader = apptainer_argv(config, layer, ["bash"], pristine_system=True, env={"A": "1"})
+    assert grader[grader.index("--overlay") + 1] == f"{overlay}:ro"
+    assert f"{image}/usr:/usr:ro" in grader
+    assert grader[grader.index("--env") + 1:][:3] == ["HOME=/root", "--env", "A=1"]
+    with pytest.raises(ValueError, match="directory image"):
+        apptainer_argv(SandboxConfig(image="/x.sif", writable_root=True), layer, ["bash"],
+                       pristine_system=True)

@@ -1,0 +1,175 @@
+"""Whole-sandbox memory and CPU limits: one cgroup (v1 memory and cpu controllers) per sandbox.
+
+rlimits bound each process, not the sandbox: 256 processes of 2 GB address space each are far
+more than a machine has. A memory cgroup bounds the sandbox's processes together, tmpfs pages
+they write included (the private layer's quota is memory too), and a CFS quota bounds its CPU.
+
+Layout, under the worker's own cgroup of each controller (so that whatever limits the worker
+already runs under still hold):
+
+    <worker cgroup>/agentrl_jax-<worker pid>/                 memory.limit_in_bytes = worker total
+    <worker cgroup>/agentrl_jax-<worker pid>/<sandbox id>/    memory limit, CPU quota of one sandbox
+
+A sandbox's processes are put in its cgroup before bwrap starts: the outer process is a tiny
+`sh` that writes its own pid into the cgroups' `cgroup.procs` (owned by the sandbox's uid for
+that) and then execs prlimit and bwrap, so everything started inside inherits the cgroups. The
+sandbox cannot see or change them: it has no /sys/fs/cgroup.
+
+Needs root and cgroup v1 controllers mounted at /sys/fs/cgroup/<controller> (`available()`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import functools
+import os
+import threading
+import time
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+CONTROLLERS = ("memory", "cpu")
+CFS_PERIOD_US = 100_000
+_ATTACH = ('while [ "$1" != -- ]; do printf "%s\\n" "$$" > "$1" || exit 125; shift; done; '
+           'shift; exec "$@"')
+_lock = threading.Lock()
+
+
+def available() -> bool:
+    """Whether this process can make v1 memory and cpu cgroups (root, controllers mounted)."""
+    return os.geteuid() == 0 and all(
+        os.path.isfile(os.path.join(CGROUP_ROOT, c, "cgroup.procs")) for c in CONTROLLERS)
+
+
+def own_cgroup(controller: str) -> str:
+    """This process's cgroup directory for `controller` (from /proc/self/cgroup)."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            if controller in names.split(","):
+                return os.path.join(CGROUP_ROOT, controller, path.lstrip("/"))
+    raise OSError(f"no {controller} cgroup for this process")
+
+
+@functools.cache
+def _worker_group(controller: str) -> str:
+    path = os.path.join(own_cgroup(controller), f"agentrl_jax-{os.getpid()}")
+    os.makedirs(path, exist_ok=True)
+    atexit.register(_remove_quietly, path)
+    return path
+
+
+def remove_stale_groups() -> list[str]:
+    """Removes the cgroups of workers that died (their `agentrl_jax-<pid>` parents)."""
+    removed = []
+    for controller in CONTROLLERS:
+        parent = own_cgroup(controller)
+        for name in os.listdir(parent):
+            if not name.startswith("agentrl_jax-") or not name[12:].isdigit():
+                continue
+            if os.path.exists(f"/proc/{name[12:]}"):
+                continue
+            group = os.path.join(parent, name)
+            for child in os.listdir(group):
+                if os.path.isdir(os.path.join(group, child)):
+                    _remove_quietly(os.path.join(group, child))
+            _remove_quietly(group)
+            if not os.path.exists(group):
+                removed.append(group)
+    return removed
+
+
+def _set_worker_memory(limit_bytes: int | None) -> None:
+    _write(os.path.join(_worker_group("memory"), "memory.limit_in_bytes"),
+           -1 if limit_bytes is None else limit_bytes)
+
+
+class SandboxCgroup:
+    """The cgroups of one sandbox. Construct (creates them), `attach_argv()`, then `remove()`.
+
+    Args:
+      name: unique among this worker's live sandboxes (the private layer's id).
+      owner: host uid of the sandbox, which must be able to put itself in.
+      memory_bytes: limit of the sandbox's memory (RAM and tmpfs pages); None: none.
+      cpus: CPU quota in CPUs (0.5: half of one core); None: none.
+      worker_memory_bytes: total limit of all this worker's sandboxes; None: none.
+    """
+
+    def __init__(self, name: str, owner: int, memory_bytes: int | None, cpus: float | None,
+                 worker_memory_bytes: int | None):
+        with _lock:
+            self.paths = {c: os.path.join(_worker_group(c), name) for c in CONTROLLERS}
+            _set_worker_memory(worker_memory_bytes)
+        try:
+            for path in self.paths.values():
+                os.mkdir(path)
+                for name_ in ("cgroup.procs", "tasks"):
+                    os.chown(os.path.join(path, name_), owner, owner)
+            if memory_bytes is not None:
+                memory = self.paths["memory"]
+                _write(os.path.join(memory, "memory.limit_in_bytes"), memory_bytes)
+                _write_if_present(os.path.join(memory, "memory.memsw.limit_in_bytes"),
+                                  memory_bytes)  # no swap around the limit, where swap exists
+            if cpus is not None:
+                cpu = self.paths["cpu"]
+                _write(os.path.join(cpu, "cpu.cfs_period_us"), CFS_PERIOD_US)
+                _write(os.path.join(cpu, "cpu.cfs_quota_us"), max(1000, int(cpus * CFS_PERIOD_US)))
+        except BaseException:
+            self.remove()
+            raise
+
+    def attach_argv(self) -> list[str]:
+        """The prefix that runs the rest of an argv inside this sandbox's cgroups."""
+        procs = [os.path.join(p, "cgroup.procs") for p in self.paths.values()]
+        return ["/bin/sh", "-c", _ATTACH, "agentrl-cgroup", *procs, "--"]
+
+    def memory_usage(self) -> tuple[int, int]:
+        """(current, peak) memory of the sandbox in bytes."""
+        memory = self.paths["memory"]
+        return tuple(_read_int(os.path.join(memory, f))          # type: ignore[return-value]
+                     for f in ("memory.usage_in_bytes", "memory.max_usage_in_bytes"))
+
+    def pids(self) -> list[int]:
+        with open(os.path.join(self.paths["memory"], "cgroup.procs")) as f:
+            return [int(line) for line in f if line.strip()]
+
+    def remove(self) -> None:
+        """Removes the cgroups. Kill the sandbox first: a cgroup with processes stays.
+
+        Right after the kill the kernel may still count exiting processes (EBUSY) for a moment:
+        retried for up to a second.
+        """
+        for path in self.paths.values():
+            _remove_quietly(path)
+
+
+def _write(path: str, value: int) -> None:
+    with open(path, "w") as f:
+        f.write(f"{value}\n")
+
+
+def _write_if_present(path: str, value: int) -> None:
+    if os.path.exists(path):
+        try:
+            _write(path, value)
+        except OSError:
+            pass   # memsw accounting compiled in but disabled: there is no swap to limit
+
+
+def _read_int(path: str) -> int:
+    with open(path) as f:
+        return int(f.read())
+
+
+def _remove_quietly(path: str, tries: int = 50) -> None:
+    """rmdir, retried while the kernel still counts exiting processes in it (EBUSY)."""
+    for _ in range(tries):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                return   # e.g. child groups left: removed by `remove_stale_groups` later
+            time.sleep(0.02)
