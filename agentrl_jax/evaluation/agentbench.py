@@ -12,9 +12,9 @@ and a 95% interval of the success rate (`intervals.wilson` over all episodes). E
 outcome is kept by index, so that two evaluations of the same indices (before and after RL)
 give a paired difference (`paired_comparison`).
 
-Which indices: `evenly_spaced` picks a fixed subset spread over a split (the evaluation
-protocol, `docs/evaluation.md`). Episodes are played by the same `rollout.run_episode` as
-training, so evaluation sees exactly the training-time prompt, parser and limits.
+Which indices are evaluated is the protocol's (`evaluation.protocol`). Episodes are played by
+the same `rollout.run_episode` as training, so evaluation sees exactly the training-time
+prompt, parser and limits.
 """
 
 from __future__ import annotations
@@ -79,18 +79,6 @@ class TaskResult:
 
 def is_success(rollout: Rollout) -> bool:
     return rollout.status == SampleStatus.COMPLETED and rollout.reward >= 1.0
-
-
-def evenly_spaced(indices: Sequence[SampleIndex], count: int) -> list[SampleIndex]:
-    """`count` of `indices` spread evenly over the sequence (all of them if it is shorter).
-
-    Position i of n is ⌊(i + ½)·n / count⌋, i = 0..count−1: the middle of each of `count`
-    equal slices, so neither end of a split (often sorted by source or difficulty) dominates.
-    """
-    n = len(indices)
-    if count >= n:
-        return list(indices)
-    return [indices[(2 * i + 1) * n // (2 * count)] for i in range(count)]
 
 
 def summarize_task(task: str, runs: Sequence[Sequence[Rollout]]) -> TaskResult:

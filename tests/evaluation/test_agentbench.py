@@ -1,4 +1,4 @@
-"""The evaluation protocol's subset of a split and the paired before/after comparison."""
+"""Per-episode outcomes, intervals in the results, the paired before/after comparison."""
 
 import json
 
@@ -8,15 +8,6 @@ import pytest
 from agentrl_jax.controller.wire import SampleStatus
 from agentrl_jax.evaluation import agentbench
 from agentrl_jax.rollout.record import Rollout
-
-
-def test_evenly_spaced_takes_the_middle_of_equal_slices():
-    assert agentbench.evenly_spaced(list(range(10)), 2) == [2, 7]
-    assert agentbench.evenly_spaced(list(range(120)), 40) == list(range(1, 120, 3))
-    picked = agentbench.evenly_spaced(list(range(327)), 40)
-    assert len(set(picked)) == 40 and picked[0] != 0 and picked[-1] > 300
-    assert agentbench.evenly_spaced(["a", "b"], 5) == ["a", "b"]   # shorter: all of it
-    assert agentbench.evenly_spaced(list(range(7)), 1) == [3]
 
 
 def rollout(index, success, status="completed"):
