@@ -1,4 +1,5 @@
-"""The end of a run: a results table (before/after RL) and a plot of per-task success.
+"""The end of a run: a results table (before/after RL, intervals, the paired difference), the
+stage times and a plot of per-task success.
 
 The plot shows, per task, the success rate of the training rollouts at each RL step (a moving
 average over `smooth` steps, since a step holds few episodes of each task), with the test-split
@@ -12,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from agentrl_jax.evaluation.agentbench import format_interval
 
 
 def success_curves(records: Sequence[Mapping[str, Any]], tasks: Sequence[str]
@@ -68,26 +71,54 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
     return path
 
 
-def results_table(before: Mapping[str, Mapping[str, float]] | None,
-                  after: Mapping[str, Mapping[str, float]]) -> str:
-    """Markdown: per task, test success (and score) before and after RL.
+def results_table(before: Mapping[str, Mapping[str, Any]] | None,
+                  after: Mapping[str, Mapping[str, Any]],
+                  paired: Mapping[str, Any] | None = None) -> str:
+    """Markdown: per task, test success before and after RL with 95% intervals, WebShop-style
+    score, and the paired difference (after − before on the same indices) with its interval.
 
-    `before`/`after` map task -> {"success_mean", "success_std", "score_mean"} (the `tasks`
-    part of `evaluation.agentbench.to_json`).
+    `before`/`after` map task -> a task of `evaluation.agentbench.to_json` (`success_mean`,
+    `score_mean`, `success_interval`); `paired` is `agentbench.paired_comparison` of the two.
     """
-    def cell(row: Mapping[str, float] | None) -> str:
+    def success(row: Mapping[str, Any] | None) -> str:
         if row is None:
             return "–"
-        return f"{100 * row['success_mean']:.1f} ± {100 * row['success_std']:.1f}"
+        interval = row.get("success_interval")
+        ci = f" {format_interval(interval)}" if interval else ""
+        return f"{100 * row['success_mean']:.1f}{ci}"
 
-    lines = ["| task | success before RL (%) | success after RL (%) | score after RL (%) |",
-             "| --- | ---: | ---: | ---: |"]
+    def difference(interval: Mapping[str, Any] | None) -> str:
+        if interval is None:
+            return "–"
+        return f"{100 * interval['estimate']:+.1f} {format_interval(interval)}"
+
+    paired_tasks = (paired or {}).get("tasks", {})
+    lines = ["| task | success before RL (%) | success after RL (%) | score before (%) | "
+             "score after (%) | paired difference (points) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for task in after:
-        lines.append(f"| {task} | {cell((before or {}).get(task))} | {cell(after[task])} | "
-                     f"{100 * after[task]['score_mean']:.1f} |")
-    def mean(rows: Mapping[str, Mapping[str, float]], key: str = "success_mean") -> str:
+        row_before = (before or {}).get(task)
+        score_before = "–" if row_before is None else f"{100 * row_before['score_mean']:.1f}"
+        lines.append(f"| {task} | {success(row_before)} | {success(after[task])} | "
+                     f"{score_before} | {100 * after[task]['score_mean']:.1f} | "
+                     f"{difference(paired_tasks.get(task))} |")
+
+    def mean(rows: Mapping[str, Mapping[str, Any]], key: str = "success_mean") -> str:
         return f"{100 * float(np.mean([r[key] for r in rows.values()])):.1f}"
 
+    significant = ""
+    if paired is not None:
+        significant = " (significant)" if paired["significant"] else " (not significant)"
     lines.append(f"| **average** | {mean(before) if before else '–'} | {mean(after)} | "
-                 f"{mean(after, 'score_mean')} |")
+                 f"{mean(before, 'score_mean') if before else '–'} | "
+                 f"{mean(after, 'score_mean')} | "
+                 f"{difference((paired or {}).get('mean'))}{significant} |")
     return "\n".join(lines) + "\n"
+
+
+def stage_times(stages: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line: each finished stage's seconds (as `launch.local`'s RunDir records them)."""
+    parts = [f"{name} {info['seconds'] / 60:.1f} min" for name, info in stages.items()
+             if "seconds" in info]
+    total = sum(info.get("seconds", 0.0) for info in stages.values())
+    return f"stage times: {', '.join(parts)}; total {total / 60:.1f} min\n"
