@@ -317,7 +317,10 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
     report.plot_success(
         records, list(config.env.tasks), run.path / "success.png",
         before={t: r["success_mean"] for t, r in (before or {}).items()},
-        after={t: r["success_mean"] for t, r in after.items()})
+        after={t: r["success_mean"] for t, r in after.items()},
+        intervals={when: {t: (r["success_interval"]["low"], r["success_interval"]["high"])
+                          for t, r in (rows or {}).items()}
+                   for when, rows in (("before", before), ("after", after))})
     return table
 
 

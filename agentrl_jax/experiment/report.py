@@ -39,8 +39,13 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
 
 def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
                  path: str | pathlib.Path, *, before: Mapping[str, float] | None = None,
-                 after: Mapping[str, float] | None = None, smooth: int = 5) -> pathlib.Path:
-    """Writes the per-task success plot as a PNG."""
+                 after: Mapping[str, float] | None = None,
+                 intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+                 smooth: int = 5) -> pathlib.Path:
+    """Writes the per-task success plot as a PNG.
+
+    `intervals`: {"before"|"after": {task: (low, high)}}, drawn as error bars on the test points.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers
@@ -54,14 +59,22 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
         if task in curves:
             steps, values = curves[task]
             ax.plot(steps, moving_average(values, smooth), color=color, label=f"{task} (train)")
-        if before and task in before:
-            ax.scatter([0], [before[task]], color=color, marker="o")
-        if after and task in after:
-            ax.scatter([last_step], [after[task]], color=color, marker="*", s=80)
+        for when, points, x, marker in (("before", before, 0, "o"),
+                                        ("after", after, last_step, "*")):
+            if not points or task not in points:
+                continue
+            low_high = (intervals or {}).get(when, {}).get(task)
+            if low_high is not None:
+                ax.errorbar([x], [points[task]], fmt="none", ecolor=color, alpha=0.5, capsize=3,
+                            yerr=[[points[task] - low_high[0]], [low_high[1] - points[task]]])
+            label = f"{task} (test)" if task not in curves and when == "after" else None
+            ax.scatter([x], [points[task]], color=color, marker=marker,
+                       s=80 if marker == "*" else 36, label=label)
     ax.set_xlabel("RL step")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Per-task success: training rollouts (lines), test split before (o) / after (*)")
+    ax.set_title("Per-task success: training episodes (lines), test subset before (o) / after "
+                 "(*) RL, 95% intervals", fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

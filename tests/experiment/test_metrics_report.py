@@ -35,7 +35,8 @@ def test_moving_average_is_trailing():
 def test_plot_and_table(tmp_path):
     records = [{"step": s, "db/success": s / 4, "kg/success": 0.0} for s in (1, 2, 3, 4)]
     path = report.plot_success(records, ["db", "kg", "os"], tmp_path / "p.png",
-                               before={"db": 0.0}, after={"db": 1.0})
+                               before={"db": 0.0}, after={"db": 1.0},
+                               intervals={"after": {"db": (0.6, 1.0)}})
     assert path.read_bytes()[:4] == b"\x89PNG"
 
 
