@@ -54,6 +54,9 @@ class TaskStream:
     def __next__(self) -> tuple[str, SampleIndex]:
         return next(self._iterator)
 
+    def observe(self, task: str, index: SampleIndex, passes: Sequence[bool]) -> None:
+        """A group's outcomes; the plain stream ignores them (`pipeline.curriculum` does not)."""
+
     def get_state(self) -> dict[str, Any]:
         return self._iterator.get_state()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from agentrl_jax.evaluation import protocol
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.sft import stage as sft_stage
@@ -56,6 +57,11 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
     c.rl = rl_stage.default_config()
     c.rl.pipeline.update(steps=10, groups_per_step=4, group_size=4, rollout_workers=8,
                          max_staleness=2, stale_policy_ratio=0.25, stale_every=10)
+    # The levers (off in the paper's configs): groups without reward variance are replaced
+    # (at most 3x the groups a step trains are drawn), and draws prefer train indices whose
+    # running pass rate is strictly between 0 and 1.
+    c.rl.pipeline.update(dynamic_sampling=True, max_draws_per_step=12)
+    c.rl.pipeline.curriculum.update(enabled=True, prefer=0.5, window=4)
     c.rl.trainer.optimizer.update(learning_rate=3e-4, max_grad_norm=1.0)
     c.rl.trainer.seq_buckets = (512, 1024, 2048, 4096)
     c.rl.trainer.tokens_per_micro = 8192
@@ -65,7 +71,13 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
                        batch_buckets=(4, 8, 16))
     c.rl.checkpoint.every = 5
 
-    c.eval = dict(per_task=10, runs=1, concurrency=32, before_rl=True)
+    # The evaluation protocol (agentrl_jax/evaluation/protocol.py): `per_task` test indices
+    # spread evenly over each test split, the same before and after RL, for reporting; the
+    # validation slice (`validation_per_task` held-out train indices, never drawn in RL) for
+    # decisions, evaluated in the job with `validate=True`.
+    c.eval = dict(per_task=protocol.TEST_PER_TASK, validation_per_task=protocol.VALIDATION_PER_TASK,
+                  validate=False, temperature=protocol.TEMPERATURE, runs=1, concurrency=32,
+                  before_rl=True)
 
     if mode == "fast":  # every stage, a few seconds each: what CI runs
         c.run_dir = "runs/local_fast"
@@ -76,12 +88,14 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
         c.sft.epochs = 1
         c.sft.seq_buckets = c.rl.trainer.seq_buckets = (4096,)   # one shape: one compilation
         c.sft.tokens_per_step = c.sft.tokens_per_micro = c.rl.trainer.tokens_per_micro = 4096
-        c.rl.pipeline.update(steps=2, groups_per_step=2, group_size=2, rollout_workers=3)
+        c.rl.pipeline.update(steps=2, groups_per_step=2, group_size=2, rollout_workers=3,
+                             max_draws_per_step=4)
         c.rl.limits.update(max_turns=3, max_new_tokens=24)
         c.rl.engine.update(max_batch=8, num_pages=1024, batch_buckets=(8,),
                            prefill_buckets=(512,), context_buckets=(4096,))
         c.rl.checkpoint.every = 1
         c.eval.per_task = 1
+        c.eval.validation_per_task = 1
     elif mode:
         raise ValueError(f"unknown mode {mode!r} (known: fast)")
     return c

@@ -96,6 +96,15 @@ MEANINGS: dict[str, str] = {
     "rl.pipeline.max_groups_per_step": "cap on the groups taken per step; None takes every "
                                        "complete group (AgentRL drains its buffer)",
     "rl.pipeline.group_size": "samples per prompt, G (GRPO's group)",
+    "rl.pipeline.dynamic_sampling": "discard groups whose shaped rewards are all equal and draw "
+                                    "others until groups_per_step have variance (DAPO)",
+    "rl.pipeline.max_draws_per_step": "dynamic sampling: at most this many groups drawn for one "
+                                      "step (then it trains on those with variance)",
+    "rl.pipeline.curriculum.enabled": "learnability curriculum: draws prefer train indices whose "
+                                      "running pass rate is strictly between 0 and 1",
+    "rl.pipeline.curriculum.prefer": "curriculum: probability that a draw goes to a learnable "
+                                     "index of its task (tasks keep their share)",
+    "rl.pipeline.curriculum.window": "curriculum: groups per index in its running pass rate",
     "rl.pipeline.rollout_workers": "groups in flight at once (× G episodes)",
     "rl.pipeline.max_staleness": "weight versions generation may run ahead of training; older "
                                  "groups are dropped",
@@ -154,7 +163,12 @@ MEANINGS: dict[str, str] = {
     "rl.checkpoint.keep": "checkpoints kept",
     # eval, export
     "eval.tasks": "tasks evaluated after RL (single-task ablations: all five)",
-    "eval.per_task": "test indices per task (the first N); None: all",
+    "eval.per_task": "test indices per task, spread evenly over the split "
+                     "(evaluation/protocol.py); None: all",
+    "eval.validation_per_task": "held-out train indices per task (the validation slice, never "
+                                "drawn in RL), for decisions",
+    "eval.validate": "also evaluate the validation slice before and after RL",
+    "eval.temperature": "sampling temperature of the evaluation (AgentRL: 0.8)",
     "eval.runs": "passes over each task (k; success reported as mean ± std)",
     "eval.concurrency": "evaluation episodes in flight",
     "eval.before_rl": "evaluate the starting policy first",

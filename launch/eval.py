@@ -3,6 +3,7 @@
     python -m launch.eval --checkpoint runs/local/final_model          # an HF directory
     python -m launch.eval --checkpoint smollm2-135m-instruct --tasks db,kg --runs 3
     python -m launch.eval --checkpoint runs/local --step 20            # an RL checkpoint of a run
+    python -m launch.eval --checkpoint runs/local --subset validation  # held-out train indices
     python -m launch.eval --checkpoint DIR --controller_url http://host:5020/api   # any fleet
 
 `--checkpoint` is one of
@@ -14,10 +15,15 @@
     `--tasks`, `--parser` and the episode limits, so a run is evaluated as it was trained.
 
 Episodes go through `--controller_url` (any AgentRL-compatible controller) or, by default, a
-fleet started here: a controller and one sandboxed test-split worker per task. Each task is
-played `--runs` times on its first `--limit` test indices at `--temperature` (AgentRL: k=3,
-T=0.8); `--out` receives `eval.json` (per task: success and score per pass, mean ± std,
-termination fractions; the average over tasks; the settings) and `eval.md` (the table of the
+fleet started here: a controller and one sandboxed worker per task. Which indices is the
+evaluation protocol's (`agentrl_jax/evaluation/protocol.py`): `--subset test` (default),
+`--per_task` indices spread evenly over each task's `--split`; `--subset validation`, the
+held-out slice of the train split that RL never draws (its first `demos.per_task` indices,
+the demonstrations', excluded). A run directory's config supplies `--per_task` (`eval.per_task`
+or `eval.validation_per_task`). Each index is played `--runs` times at `--temperature`
+(AgentRL: k=3, T=0.8); `--out` receives `eval.json` (per task: success and score per pass,
+mean ± std, the success rate's 95% interval, termination fractions, every episode's outcome by
+index; the average over tasks; the settings) and `eval.md` (the table of the
 AgentRL paper's Table 7 layout). Task names: `db` means the controller's `db-test` (with
 `--split test`); a name the controller knows as it is (e.g. AgentRL's `dbbench-std`) is used
 unchanged.
@@ -40,7 +46,7 @@ from typing import Any
 import ml_collections
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.evaluation import agentbench
+from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, Generator
@@ -207,14 +213,15 @@ async def evaluate_tasks(
     *,
     split: str = "test",
     runs: int = 3,
-    limit: int | None = None,
+    select: Callable[[list], list] | None = None,
     concurrency: int = 32,
     seed: int = 0,
     start_jitter_s: float = 3.0,
     on_start: Callable[[int], None] | None = None,
     on_episode: Callable[[Rollout], None] | None = None,
 ) -> dict[str, agentbench.TaskResult]:
-    """Plays the first `limit` indices of each task `runs` times; results keyed by task name.
+    """Plays `select(indices)` of each task (default all) `runs` times; results keyed by task
+    name.
 
     `on_start(total_episodes)` is called once the indices are known (for a progress bar).
     """
@@ -222,7 +229,9 @@ async def evaluate_tasks(
         names = resolve_task_names(list(await client.list_workers()), tasks, split)
         indices = {}
         for name in names:
-            indices[name] = list(await client.get_indices(name))[:limit]
+            indices[name] = list(await client.get_indices(name))
+            if select is not None:
+                indices[name] = select(indices[name])
         if on_start is not None:
             on_start(runs * sum(map(len, indices.values())))
         return await agentbench.evaluate(client, generator, agent, indices, runs=runs,
@@ -286,6 +295,22 @@ def rl_config(args: argparse.Namespace, run_config: ml_collections.ConfigDict | 
     return config
 
 
+def index_selection(args: argparse.Namespace, run_config: ml_collections.ConfigDict | None
+                    ) -> tuple[str, Callable[[list], list], int | None]:
+    """(split, index selection, indices per task) of `--subset` and `--per_task`."""
+    run_eval_config = run_config.get("eval", {}) if run_config is not None else {}
+    if args.subset == "validation":
+        reserved = int(run_config.demos.per_task) if run_config is not None else 0
+        count = args.per_task or int(run_eval_config.get("validation_per_task",
+                                                         protocol.VALIDATION_PER_TASK))
+        split = run_config.env.train_split if run_config is not None else "train"
+        return split, lambda ix: protocol.validation_indices(ix, reserved, count), count
+    count = args.per_task or run_eval_config.get("per_task")
+    if count is None:
+        return args.split, list, None
+    return args.split, lambda ix: protocol.test_indices(ix, int(count)), int(count)
+
+
 def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `main` does; returns the JSON written to `--out`."""
     checkpoint = resolve_checkpoint(args.checkpoint, args.step)
@@ -294,6 +319,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
                            else list(DEFAULT_TASKS))
     parser = args.parser or (run_config.model.parser if run_config is not None else "hermes")
     config = rl_config(args, run_config)
+    split, select, per_task = index_selection(args, run_config)
     if args.out:
         out = pathlib.Path(args.out)
     elif checkpoint.run_dir is not None:
@@ -305,15 +331,15 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     settings = dict(
         checkpoint=checkpoint.describe(), model_dir=str(checkpoint.model_dir),
-        step=checkpoint.step, tasks=tasks, split=args.split, runs=args.runs,
-        temperature=args.temperature, limit=args.limit, parser=parser, seed=args.seed,
+        step=checkpoint.step, tasks=tasks, split=split, subset=args.subset, runs=args.runs,
+        temperature=args.temperature, per_task=per_task, parser=parser, seed=args.seed,
         limits=config.limits.to_dict(), controller_url=args.controller_url or "(started here)")
 
     started = time.monotonic()
     errors = ErrorLog()
     with contextlib.ExitStack() as stack:
         url = args.controller_url or start_test_fleet(
-            tasks, args.split, stack, sandbox=args.sandbox,
+            tasks, split, stack, sandbox=args.sandbox,
             concurrency=args.worker_concurrency, log_dir=out / "logs")
         print(f"policy: {checkpoint.describe()} (parser {parser})")
         policy = load_checkpoint(checkpoint, parser)
@@ -332,7 +358,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
             bar.update(1)
 
         results = asyncio.run(evaluate_tasks(
-            url, engine, agent, tasks, split=args.split, runs=args.runs, limit=args.limit,
+            url, engine, agent, tasks, split=split, runs=args.runs, select=select,
             concurrency=args.concurrency, seed=args.seed, on_start=on_start,
             on_episode=on_episode))
     settings["seconds"] = round(time.monotonic() - started, 1)
@@ -359,9 +385,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "AgentBench-FC tasks)")
     p.add_argument("--split", default="test", help="the split evaluated (default: test)")
     p.add_argument("--runs", type=int, default=3, help="passes over each task, k (default: 3)")
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
-    p.add_argument("--limit", type=int, default=None,
-                   help="the first N indices of each task (default: all)")
+    p.add_argument("--temperature", type=float, default=protocol.TEMPERATURE,
+                   help="sampling temperature")
+    p.add_argument("--subset", default="test", choices=("test", "validation"),
+                   help="test: indices of --split spread evenly; validation: the held-out "
+                        "slice of the train split (default: test)")
+    p.add_argument("--per_task", type=int, default=None,
+                   help="indices per task, spread evenly over the split (default: the run's "
+                        "eval.per_task or eval.validation_per_task, else every test index / "
+                        f"{protocol.VALIDATION_PER_TASK} validation indices)")
     p.add_argument("--parser", default=None, choices=("hermes", "qwen25", "glm4"),
                    help="tool-call format (default: the run's, else hermes)")
     p.add_argument("--max_turns", type=int, default=None,
@@ -389,6 +421,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
+    if args.per_task is not None and args.per_task < 1:
+        p.error("--per_task must be at least 1")
     return args
 
 

@@ -11,10 +11,16 @@ crash, even `kill -9`, skips finished stages and resumes RL from its last checkp
                     its own sandbox (or `env.controller_url`: any AgentRL-compatible fleet)
   3. sft            tokenizer + model warm-started on the demonstrations (cached by config;
                     RUN_DIR/sft_model links to it)
-  4. eval_before    the test split, before RL
-  5. rl             asynchronous multi-task RL (checkpoints in RUN_DIR/checkpoints)
-  6. eval_after     the test split, after RL; the final policy in RUN_DIR/final_model
-  7. report         RUN_DIR/results.md and RUN_DIR/success.png
+  4. eval_before    the evaluated test subset, before RL (and, with `eval.validate`, the
+                    validation slice: `validation_before`)
+  5. rl             asynchronous multi-task RL on the train split less the validation slice
+                    (checkpoints in RUN_DIR/checkpoints)
+  6. eval_after     the same test subset after RL (`validation_after`); the final policy in
+                    RUN_DIR/final_model
+  7. report         RUN_DIR/results.md (per task before/after with 95% intervals and the
+                    paired difference) and RUN_DIR/success.png; the stage times
+
+Which indices are evaluated and held out: `agentrl_jax.evaluation.protocol`.
 
 Metrics: RUN_DIR/metrics.jsonl and TensorBoard (`tensorboard --logdir RUN_DIR/tensorboard`).
 """
@@ -43,7 +49,7 @@ from tqdm import tqdm
 
 from agentrl_jax import hostmem
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.evaluation import agentbench
+from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
@@ -68,6 +74,7 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / "logs").mkdir(exist_ok=True)
         self._stages_file = self.path / "stages.json"
+        self._last_mark = time.monotonic()
 
     def stages(self) -> dict[str, Any]:
         if not self._stages_file.exists():
@@ -78,8 +85,13 @@ class RunDir:
         return stage in self.stages()
 
     def mark(self, stage: str, **info: Any) -> None:
+        """Records `stage` as done, with its seconds: the time since the previous stage (or
+        this process) started."""
+        now = time.monotonic()
         stages = self.stages()
-        stages[stage] = {"finished": time.time(), **info}
+        stages[stage] = {"finished": time.time(), "seconds": round(now - self._last_mark, 1),
+                         **info}
+        self._last_mark = now
         tmp = self._stages_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(stages, indent=1) + "\n")
         tmp.replace(self._stages_file)   # atomic: a kill never leaves a torn file
@@ -180,12 +192,38 @@ def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]
     return target
 
 
-async def evaluate(config, policy, engine, client, name: str, run: RunDir) -> dict[str, Any]:
+async def evaluation_indices(config, client, subset: str) -> dict[str, list]:
+    """Per controller task name, the indices of `subset` ("test" or "validation")."""
     tasks = {}
     for task in config.env.tasks:
-        name_ = f"{task}-{config.env.test_split}"
-        tasks[name_] = (await client.get_indices(name_))[: config.eval.per_task]
-    agent = rl_stage.agent_spec(config.rl, policy)
+        if subset == "test":
+            name = f"{task}-{config.env.test_split}"
+            tasks[name] = protocol.test_indices(await client.get_indices(name),
+                                                config.eval.per_task)
+        else:
+            name = f"{task}-{config.env.train_split}"
+            tasks[name] = protocol.validation_indices(
+                await client.get_indices(name), config.demos.per_task,
+                config.eval.validation_per_task)
+    return tasks
+
+
+async def rl_task_indices(config, client) -> dict[str, list]:
+    """Per train task, the indices RL draws from: the split less the validation slice."""
+    tasks = {}
+    for task in config.env.tasks:
+        name = f"{task}-{config.env.train_split}"
+        tasks[name] = protocol.rl_indices(await client.get_indices(name), config.demos.per_task,
+                                          config.eval.validation_per_task)
+    return tasks
+
+
+async def evaluate(config, policy, engine, client, name: str, run: RunDir,
+                   subset: str = "test") -> dict[str, Any]:
+    tasks = await evaluation_indices(config, client, subset)
+    rl = ml_collections.ConfigDict(config.rl.to_dict())
+    rl.sampling.temperature = config.eval.temperature
+    agent = rl_stage.agent_spec(rl, policy)
     bar = tqdm(total=sum(map(len, tasks.values())) * config.eval.runs, desc=name, unit="episode")
     episodes = []
 
@@ -224,13 +262,13 @@ async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,
     with rl_stage.make_engine(config.rl, policy) as engine:
         async with ControllerClient(url) as client:
             if config.eval.before_rl and not run.done("eval_before"):
+                if config.eval.validate:
+                    await evaluate(config, policy, engine, client, "validation_before", run,
+                                   subset="validation")
                 await evaluate(config, policy, engine, client, "eval_before", run)
                 run.mark("eval_before")
             if not run.done("rl"):
-                tasks = {}
-                for task in config.env.tasks:
-                    name = f"{task}-{config.env.train_split}"
-                    tasks[name] = await client.get_indices(name)
+                tasks = await rl_task_indices(config, client)
                 bar = tqdm(total=config.rl.pipeline.steps, desc="RL", unit="step")
 
                 def on_step(r) -> None:
@@ -247,6 +285,9 @@ async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,
                 policy_lib.save_policy(policy, final_dir)
                 run.mark("rl", steps=config.rl.pipeline.steps, resumed_from=result.resumed_from)
             if not run.done("eval_after"):
+                if config.eval.validate:
+                    await evaluate(config, policy, engine, client, "validation_after", run,
+                                   subset="validation")
                 await evaluate(config, policy, engine, client, "eval_after", run)
                 run.mark("eval_after")
 
@@ -260,14 +301,26 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
         return {k.rsplit("-", 1)[0]: v for k, v in rows.items()}
 
     before, after = tasks_of("eval_before"), tasks_of("eval_after")
-    table = report.results_table(before, after)
-    (run.path / "results.md").write_text("# Results\n\n" + table)
+    paired = agentbench.paired_comparison(before, after) if before else None
+    table = report.results_table(before, after, paired)
+    parts = ["# Results\n", "Test subset before and after RL (success %, 95% intervals; "
+             "`agentrl_jax/evaluation/protocol.py`):\n", table]
+    for name in ("validation_before", "validation_after", "eval_before", "eval_after"):
+        if (run.path / f"{name}.md").exists():
+            parts.append((run.path / f"{name}.md").read_text())
+    parts.append(report.stage_times(run.stages()))
+    (run.path / "results.md").write_text("\n".join(parts))
+    if paired is not None:
+        (run.path / "paired_difference.json").write_text(json.dumps(paired, indent=1) + "\n")
     records = [{**r, **{k.split("-")[0] + "/success": v for k, v in r.items()
                         if k.endswith("/success")}} for r in metrics.records("rl")]
     report.plot_success(
         records, list(config.env.tasks), run.path / "success.png",
         before={t: r["success_mean"] for t, r in (before or {}).items()},
-        after={t: r["success_mean"] for t, r in after.items()})
+        after={t: r["success_mean"] for t, r in after.items()},
+        intervals={when: {t: (r["success_interval"]["low"], r["success_interval"]["high"])
+                          for t, r in (rows or {}).items()}
+                   for when, rows in (("before", before), ("after", after))})
     return table
 
 
@@ -296,8 +349,8 @@ def run_job(config: ml_collections.ConfigDict) -> pathlib.Path:
         policy_dir = pathlib.Path(run.stages()["sft"]["policy_dir"])
         asyncio.run(rl_and_eval(config, run, url, policy_dir, metrics))
     table = write_report(config, run, metrics)
-    run.mark("report", seconds=round(time.monotonic() - started, 1))
-    print("\n" + table + f"\nrun directory: {run.path}")
+    run.mark("report", total_seconds=round(time.monotonic() - started, 1))
+    print("\n" + table + "\n" + report.stage_times(run.stages()) + f"\nrun directory: {run.path}")
     return run.path
 
 

@@ -51,7 +51,7 @@ from jax.sharding import Mesh
 from ml_collections import config_flags
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.evaluation import agentbench
+from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.experiment.metrics import MetricsLog
@@ -168,8 +168,8 @@ async def evaluate(config: ml_collections.ConfigDict, policy: policy_lib.Policy,
     for task in config.eval.tasks:
         task_name = f"{task}-{config.env.test_split}"
         indices = await client.get_indices(task_name)
-        tasks[task_name] = indices if config.eval.per_task is None else indices[
-            : config.eval.per_task]
+        tasks[task_name] = indices if config.eval.per_task is None else protocol.test_indices(
+            indices, config.eval.per_task)
     results = await agentbench.evaluate(
         client, engine, rl_stage.agent_spec(config.rl, policy), tasks, runs=config.eval.runs,
         concurrency=config.eval.concurrency, seed=config.seed)

@@ -7,9 +7,14 @@ For each task, `runs` passes over its test indices (temperature sampling, so pas
     report    mean ± std over r of success_r and score_r, per task and averaged over tasks
 
 plus how episodes ended (the AgentRL paper's Table 7): completed, task limit reached (turn
-limit), invalid action (including failed tool-call validation), context limit, task error.
-Episodes are played by the same `rollout.run_episode` as training, so evaluation sees exactly
-the training-time prompt, parser and limits.
+limit), invalid action (including failed tool-call validation), context limit, task error,
+and a 95% interval of the success rate (`intervals.wilson` over all episodes). Every episode's
+outcome is kept by index, so that two evaluations of the same indices (before and after RL)
+give a paired difference (`paired_comparison`).
+
+Which indices are evaluated is the protocol's (`evaluation.protocol`). Episodes are played by
+the same `rollout.run_episode` as training, so evaluation sees exactly the training-time
+prompt, parser and limits.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.evaluation import intervals
 from agentrl_jax.rollout.agent_loop import AgentSpec, Generator, run_episode
 from agentrl_jax.rollout.record import Rollout
 
@@ -46,6 +52,13 @@ class TaskResult:
     success_per_run: list[float]
     score_per_run: list[float]
     terminations: dict[str, float]  # fraction of all episodes of the task
+    # One per episode: {"index", "run", "success" (0/1), "score", "status"}.
+    outcomes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    @property
+    def success_interval(self) -> intervals.Interval:
+        """Wilson's 95% interval of the success rate over every episode of every pass."""
+        return intervals.wilson(sum(int(o["success"]) for o in self.outcomes), len(self.outcomes))
 
     @property
     def success_mean(self) -> float:
@@ -82,6 +95,9 @@ def summarize_task(task: str, runs: Sequence[Sequence[Rollout]]) -> TaskResult:
                          for run in runs],
         score_per_run=[float(np.mean([r.reward for r in run])) if run else 0.0 for run in runs],
         terminations=terminations,
+        outcomes=[{"index": r.index, "run": k, "success": int(is_success(r)),
+                   "score": float(r.reward), "status": str(r.status)}
+                  for k, run in enumerate(runs) for r in run],
     )
 
 
@@ -134,24 +150,60 @@ def to_json(results: Mapping[str, TaskResult]) -> dict[str, Any]:
             **dataclasses.asdict(r),
             "success_mean": r.success_mean, "success_std": r.success_std,
             "score_mean": r.score_mean, "score_std": r.score_std,
+            "success_interval": r.success_interval.to_json(),
         }
     return out
+
+
+def success_by_index(task_json: Mapping[str, Any]) -> dict[str, float]:
+    """Index (as its JSON text) -> success rate over the passes, from a task of `to_json`."""
+    by_index: dict[str, list[int]] = {}
+    for outcome in task_json["outcomes"]:
+        by_index.setdefault(json.dumps(outcome["index"]), []).append(int(outcome["success"]))
+    return {index: float(np.mean(values)) for index, values in by_index.items()}
+
+
+def paired_comparison(before: Mapping[str, Mapping[str, Any]],
+                      after: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """After minus before on the same indices: per task and the mean over tasks, with 95%
+    intervals (`intervals`); `before`/`after` are the `tasks` parts of two `to_json` records.
+
+    Returns {"tasks": {task: Interval JSON}, "mean": Interval JSON,
+             "significant": whether the mean's interval excludes 0}.
+    """
+    if set(before) != set(after):
+        raise ValueError(f"before and after evaluated different tasks: {sorted(before)} vs "
+                         f"{sorted(after)}")
+    diffs = {task: intervals.paired_differences(success_by_index(before[task]),
+                                                success_by_index(after[task]))
+             for task in sorted(after)}
+    mean = intervals.mean_of_task_means(list(diffs.values()))
+    return {"tasks": {task: intervals.mean_interval(d).to_json() for task, d in diffs.items()},
+            "mean": mean.to_json(), "significant": mean.excludes_zero()}
+
+
+def format_interval(interval: Mapping[str, Any], scale: float = 100.0) -> str:
+    """`[low, high]` in percent, or `[–]` when undefined (fewer than two observations)."""
+    if interval.get("low") is None or interval.get("high") is None:
+        return "[–]"
+    return f"[{scale * interval['low']:.1f}, {scale * interval['high']:.1f}]"
 
 
 def to_markdown(results: Mapping[str, TaskResult], title: str | None = None) -> str:
     """A table: success and score (mean ± std over passes) and how episodes ended."""
     cols = list(TERMINATIONS)
     lines = [f"### {title}", ""] if title else []
-    lines += ["| task | episodes | success | score | " + " | ".join(cols) + " |",
-              "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in cols) + " |"]
+    lines += ["| task | episodes | success | score | success 95% CI | " + " | ".join(cols) + " |",
+              "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in cols) + " |"]
     for task, r in results.items():
         ends = " | ".join(f"{100 * r.terminations[c]:.0f}%" for c in cols)
         lines.append(f"| {task} | {r.episodes} | {100 * r.success_mean:.1f} ± "
                      f"{100 * r.success_std:.1f} | {100 * r.score_mean:.1f} ± "
-                     f"{100 * r.score_std:.1f} | {ends} |")
+                     f"{100 * r.score_std:.1f} | "
+                     f"{format_interval(r.success_interval.to_json())} | {ends} |")
     avg = average(results)
     lines.append(f"| **average** | | {100 * avg['success_mean']:.1f} | "
-                 f"{100 * avg['score_mean']:.1f} | " + " | ".join("" for _ in cols) + " |")
+                 f"{100 * avg['score_mean']:.1f} | | " + " | ".join("" for _ in cols) + " |")
     return "\n".join(lines) + "\n"
 
 

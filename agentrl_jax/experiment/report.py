@@ -1,4 +1,5 @@
-"""The end of a run: a results table (before/after RL) and a plot of per-task success.
+"""The end of a run: a results table (before/after RL, intervals, the paired difference), the
+stage times and a plot of per-task success.
 
 The plot shows, per task, the success rate of the training rollouts at each RL step (a moving
 average over `smooth` steps, since a step holds few episodes of each task), with the test-split
@@ -12,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from agentrl_jax.evaluation.agentbench import format_interval
 
 
 def success_curves(records: Sequence[Mapping[str, Any]], tasks: Sequence[str]
@@ -36,8 +39,13 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
 
 def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
                  path: str | pathlib.Path, *, before: Mapping[str, float] | None = None,
-                 after: Mapping[str, float] | None = None, smooth: int = 5) -> pathlib.Path:
-    """Writes the per-task success plot as a PNG."""
+                 after: Mapping[str, float] | None = None,
+                 intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+                 smooth: int = 5) -> pathlib.Path:
+    """Writes the per-task success plot as a PNG.
+
+    `intervals`: {"before"|"after": {task: (low, high)}}, drawn as error bars on the test points.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers
@@ -51,14 +59,22 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
         if task in curves:
             steps, values = curves[task]
             ax.plot(steps, moving_average(values, smooth), color=color, label=f"{task} (train)")
-        if before and task in before:
-            ax.scatter([0], [before[task]], color=color, marker="o")
-        if after and task in after:
-            ax.scatter([last_step], [after[task]], color=color, marker="*", s=80)
+        for when, points, x, marker in (("before", before, 0, "o"),
+                                        ("after", after, last_step, "*")):
+            if not points or task not in points:
+                continue
+            low_high = (intervals or {}).get(when, {}).get(task)
+            if low_high is not None:
+                ax.errorbar([x], [points[task]], fmt="none", ecolor=color, alpha=0.5, capsize=3,
+                            yerr=[[points[task] - low_high[0]], [low_high[1] - points[task]]])
+            label = f"{task} (test)" if task not in curves and when == "after" else None
+            ax.scatter([x], [points[task]], color=color, marker=marker,
+                       s=80 if marker == "*" else 36, label=label)
     ax.set_xlabel("RL step")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Per-task success: training rollouts (lines), test split before (o) / after (*)")
+    ax.set_title("Per-task success: training episodes (lines), test subset before (o) / after "
+                 "(*) RL, 95% intervals", fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -68,26 +84,54 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
     return path
 
 
-def results_table(before: Mapping[str, Mapping[str, float]] | None,
-                  after: Mapping[str, Mapping[str, float]]) -> str:
-    """Markdown: per task, test success (and score) before and after RL.
+def results_table(before: Mapping[str, Mapping[str, Any]] | None,
+                  after: Mapping[str, Mapping[str, Any]],
+                  paired: Mapping[str, Any] | None = None) -> str:
+    """Markdown: per task, test success before and after RL with 95% intervals, WebShop-style
+    score, and the paired difference (after − before on the same indices) with its interval.
 
-    `before`/`after` map task -> {"success_mean", "success_std", "score_mean"} (the `tasks`
-    part of `evaluation.agentbench.to_json`).
+    `before`/`after` map task -> a task of `evaluation.agentbench.to_json` (`success_mean`,
+    `score_mean`, `success_interval`); `paired` is `agentbench.paired_comparison` of the two.
     """
-    def cell(row: Mapping[str, float] | None) -> str:
+    def success(row: Mapping[str, Any] | None) -> str:
         if row is None:
             return "–"
-        return f"{100 * row['success_mean']:.1f} ± {100 * row['success_std']:.1f}"
+        interval = row.get("success_interval")
+        ci = f" {format_interval(interval)}" if interval else ""
+        return f"{100 * row['success_mean']:.1f}{ci}"
 
-    lines = ["| task | success before RL (%) | success after RL (%) | score after RL (%) |",
-             "| --- | ---: | ---: | ---: |"]
+    def difference(interval: Mapping[str, Any] | None) -> str:
+        if interval is None:
+            return "–"
+        return f"{100 * interval['estimate']:+.1f} {format_interval(interval)}"
+
+    paired_tasks = (paired or {}).get("tasks", {})
+    lines = ["| task | success before RL (%) | success after RL (%) | score before (%) | "
+             "score after (%) | paired difference (points) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for task in after:
-        lines.append(f"| {task} | {cell((before or {}).get(task))} | {cell(after[task])} | "
-                     f"{100 * after[task]['score_mean']:.1f} |")
-    def mean(rows: Mapping[str, Mapping[str, float]], key: str = "success_mean") -> str:
+        row_before = (before or {}).get(task)
+        score_before = "–" if row_before is None else f"{100 * row_before['score_mean']:.1f}"
+        lines.append(f"| {task} | {success(row_before)} | {success(after[task])} | "
+                     f"{score_before} | {100 * after[task]['score_mean']:.1f} | "
+                     f"{difference(paired_tasks.get(task))} |")
+
+    def mean(rows: Mapping[str, Mapping[str, Any]], key: str = "success_mean") -> str:
         return f"{100 * float(np.mean([r[key] for r in rows.values()])):.1f}"
 
+    significant = ""
+    if paired is not None:
+        significant = " (significant)" if paired["significant"] else " (not significant)"
     lines.append(f"| **average** | {mean(before) if before else '–'} | {mean(after)} | "
-                 f"{mean(after, 'score_mean')} |")
+                 f"{mean(before, 'score_mean') if before else '–'} | "
+                 f"{mean(after, 'score_mean')} | "
+                 f"{difference((paired or {}).get('mean'))}{significant} |")
     return "\n".join(lines) + "\n"
+
+
+def stage_times(stages: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line: each finished stage's seconds (as `launch.local`'s RunDir records them)."""
+    parts = [f"{name} {info['seconds'] / 60:.1f} min" for name, info in stages.items()
+             if "seconds" in info]
+    total = sum(info.get("seconds", 0.0) for info in stages.values())
+    return f"stage times: {', '.join(parts)}; total {total / 60:.1f} min\n"

@@ -1,7 +1,8 @@
 """The RL stage of a run: build the engine, trainer and pipeline; checkpoint; resume.
 
 State lives in `run_dir/checkpoints` (Orbax): the train state plus the pipeline's bookkeeping,
-which holds the task stream's position and the next group id. Resuming restores both, so a
+which holds the task stream's position (with `pipeline.curriculum`, also its pass rates) and
+the next group id. Resuming restores both, so a
 restarted run continues the same draw sequence after the last checkpointed step: groups that
 were in flight when the process died are never trained (their draws are skipped, not
 replayed), and no group id is used twice. Metric records of the lost steps are dropped.
@@ -26,11 +27,10 @@ from jax.sharding import Mesh
 
 from agentrl_jax.checkpoint import CheckpointManager
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.data import TaskStream
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.policy import Policy
 from agentrl_jax.models.decoder import Decoder
-from agentrl_jax.pipeline import multihost, runner
+from agentrl_jax.pipeline import curriculum, multihost, runner
 from agentrl_jax.rl import advantages, train_step
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
 from agentrl_jax.rollout.cross_policy import PolicyMix
@@ -118,7 +118,7 @@ async def run_rl(
     check_context_fits_training(config)
     pcfg = config.pipeline
     trainer = train_step.Trainer(policy.model, config.trainer, trainer_mesh, reference=reference)
-    stream = TaskStream(task_indices, seed=pcfg.seed)
+    stream = curriculum.task_stream(task_indices, pcfg.curriculum, pcfg.seed)
     state = trainer.init_state(pcfg.seed)
     every = int(config.checkpoint.every)
     with CheckpointManager(checkpoint_dir(run_dir), max_to_keep=config.checkpoint.keep) as ckpt:

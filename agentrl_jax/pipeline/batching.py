@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
+from agentrl_jax.evaluation.agentbench import is_success
 from agentrl_jax.rl import advantages as adv_lib
 from agentrl_jax.rl.batch import TrainBatch, Trajectory, pack
 from agentrl_jax.rollout.record import Rollout
@@ -39,7 +40,7 @@ def prepare_batch(
     rollouts = [r for g in groups for r in g]
     if not rollouts:
         return None
-    statuses = [str(r.status) if r.trainable else "dropped" for r in rollouts]
+    statuses = _statuses(rollouts)
     group_ids = np.asarray([r.group_id for r in rollouts])
     task_names = sorted({r.task for r in rollouts})
     task_ids = np.asarray([task_names.index(r.task) for r in rollouts])
@@ -49,13 +50,28 @@ def prepare_batch(
 
     trajectories = [_trajectory(r, float(a), float(w))
                     for r, a, w in zip(rollouts, advantages, weights, strict=True) if w > 0]
-    metrics = _rollout_metrics(rollouts, task_names)
+    metrics = rollout_metrics(rollouts)
     if not trajectories:
         return None
     micro, num_tokens = pack(trajectories, seq_buckets, tokens_per_micro, row_multiple)
     metrics["num_loss_tokens"] = num_tokens
     metrics["num_micro_batches"] = len(micro)
     return PreparedBatch(micro, num_tokens, metrics, len(trajectories))
+
+
+def _statuses(rollouts: Sequence[Rollout]) -> list[str]:
+    """Final statuses as the advantages see them; untrainable members are "dropped"."""
+    return [str(r.status) if r.trainable else "dropped" for r in rollouts]
+
+
+def has_reward_variance(group: Sequence[Rollout], adv_config: ml_collections.ConfigDict
+                        ) -> bool:
+    """Whether the group's valid members have at least two distinct shaped rewards (the
+    incomplete-episode penalty applied): only then is its GRPO advantage nonzero."""
+    rewards, weights = adv_lib.shape_rewards([r.reward for r in group], _statuses(group),
+                                             adv_config.incomplete_penalty)
+    keep = adv_lib.zero_variance_group_mask(rewards, np.zeros(len(group), np.int64), weights)
+    return bool(keep.any())
 
 
 def _trajectory(rollout: Rollout, advantage: float, weight: float) -> Trajectory:
@@ -71,15 +87,14 @@ def _trajectory(rollout: Rollout, advantage: float, weight: float) -> Trajectory
                       weight=weight)
 
 
-def _rollout_metrics(rollouts: Sequence[Rollout], task_names: Sequence[str]) -> dict[str, float]:
+def rollout_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
     """Success, reward and how episodes ended, overall and per task."""
     out: dict[str, float] = {"num_rollouts": len(rollouts)}
-    for name in [None, *task_names]:
+    for name in [None, *sorted({r.task for r in rollouts})]:
         subset = [r for r in rollouts if name is None or r.task == name]
         prefix = "" if name is None else f"{name}/"
         out[prefix + "reward_mean"] = float(np.mean([r.reward for r in subset]))
-        out[prefix + "success"] = float(np.mean([r.status == "completed" and r.reward >= 1.0
-                                                 for r in subset]))
+        out[prefix + "success"] = float(np.mean([is_success(r) for r in subset]))
         out[prefix + "turns_mean"] = float(np.mean([r.num_turns for r in subset]))
         for status in sorted({str(r.status) for r in subset}):
             out[prefix + "status/" + status.replace(" ", "_")] = float(

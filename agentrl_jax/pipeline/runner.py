@@ -16,6 +16,15 @@ process makes, and `weights_fn` gathers each new version's parameters to the lea
 
 Synchronous (the baseline): each step draws `groups_per_step` groups, plays them all to the
 end, trains, syncs; nothing overlaps.
+
+Dynamic sampling (`dynamic_sampling`, DAPO's): a group whose shaped rewards are all equal has
+zero GRPO advantage, so it is discarded rather than trained, its admission is given back and
+another group is drawn, until the step holds `groups_per_step` groups with reward variance or
+has drawn `max_draws_per_step` groups; then it trains on the groups with variance it has
+(none: the step is skipped). `groups_drawn` and `groups_discarded_no_variance` are logged per
+step. The episode statistics of a step (success, reward, how episodes ended, per task) are
+over every group it drew, discarded or not, so they describe the policy, not the selection.
+Every drawn group's outcomes also go to the stream (`observe`), for `pipeline.curriculum`.
 """
 
 from __future__ import annotations
@@ -32,8 +41,10 @@ import ml_collections
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.data import TaskStream
+from agentrl_jax.evaluation.agentbench import is_success
+from agentrl_jax.pipeline import curriculum
 from agentrl_jax.pipeline.admission import StalenessGate
-from agentrl_jax.pipeline.batching import prepare_batch
+from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, rollout_metrics
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.pipeline.rollout_hub import RolloutHub
 from agentrl_jax.pipeline.weight_sync import sync_weights
@@ -59,8 +70,25 @@ def default_config() -> ml_collections.ConfigDict:
         max_staleness=2,  # versions generation may run ahead; older groups are dropped
         stale_policy_ratio=0.25,  # share of turns sampled by the stale snapshot
         stale_every=25,  # steps between stale snapshot refreshes
+        # Discard groups without reward variance and draw others (see the module docstring),
+        # at most `max_draws_per_step` groups drawn for one step.
+        dynamic_sampling=False,
+        max_draws_per_step=64,
+        curriculum=curriculum.default_config(),  # `pipeline.curriculum`; off
         seed=0,
     ))
+
+
+@dataclasses.dataclass
+class _StepDraws:
+    """The groups one step has drawn: those it trains and how many it discarded."""
+
+    kept: list[list[Rollout]] = dataclasses.field(default_factory=list)
+    drawn: list[list[Rollout]] = dataclasses.field(default_factory=list)
+
+    @property
+    def discarded(self) -> int:
+        return len(self.drawn) - len(self.kept)
 
 
 @dataclasses.dataclass
@@ -85,7 +113,7 @@ class RLPipeline:
         engine: AsyncSamplingEngine | None,
         trainer: Trainer,
         agent: AgentSpec,
-        stream: TaskStream,
+        stream: TaskStream | curriculum.LearnabilityCurriculum,
         adv_config: ml_collections.ConfigDict,
         on_step: StepCallback | None = None,
         bookkeeping: dict[str, Any] | None = None,
@@ -141,20 +169,41 @@ class RLPipeline:
 
     # ---- training -------------------------------------------------------------------------
 
-    async def _train_on(self, groups, state: TrainState, version: int):
+    def _select(self, taken: list[list[Rollout]], draws: _StepDraws) -> None:
+        """Adds groups taken from the buffer to the step: kept, or (dynamic sampling, no reward
+        variance) discarded; every one is observed by the stream."""
+        for group in taken:
+            draws.drawn.append(group)
+            counted = [r for r in group if r.trainable]
+            self.stream.observe(group[0].task, group[0].index, [is_success(r) for r in counted])
+            if not self.config.dynamic_sampling or has_reward_variance(group, self.adv_config):
+                draws.kept.append(group)
+
+    def _draws_left(self, draws: _StepDraws) -> int | None:
+        """Groups this step may still draw (None: no bound, without dynamic sampling)."""
+        if not self.config.dynamic_sampling:
+            return None
+        return max(0, self.config.max_draws_per_step - len(draws.drawn))
+
+    async def _train_on(self, draws: _StepDraws, state: TrainState, version: int):
         cfg = self.trainer.config
         # Completion order depends on timing; group order must not (it decides the packing,
         # hence the float summation order of the gradient).
-        groups = sorted(groups, key=lambda g: g[0].group_id)
+        groups = sorted(draws.kept, key=lambda g: g[0].group_id)
         batch = prepare_batch(groups, self.adv_config, cfg.seq_buckets, cfg.tokens_per_micro,
                               row_multiple=self._row_multiple())
         rollouts = [r for g in groups for r in g]
+        drawn = {"groups_drawn": float(len(draws.drawn)),
+                 "groups_discarded_no_variance": float(draws.discarded)}
+        if draws.drawn:
+            drawn.update(rollout_metrics([r for g in draws.drawn for r in g]))
         if batch is None:
-            return state, {"skipped_step": 1.0}, rollouts
+            return state, {"skipped_step": 1.0, **drawn}, rollouts
         state, metrics = await asyncio.to_thread(
             self.trainer.step, state, batch.micro_batches, batch.num_loss_tokens)
         self._rollouts_trained += batch.num_rollouts
-        return state, {**batch.metrics, **metrics}, rollouts
+        return state, {**batch.metrics, **drawn, "num_rollouts_trained": batch.num_rollouts,
+                       **metrics}, rollouts
 
     def _row_multiple(self) -> int:
         mesh = self.trainer.mesh
@@ -220,8 +269,8 @@ class RLPipeline:
         try:
             for version in range(start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
-                groups = await self._collect(version - 1, gate, workers)
-                state, metrics, rollouts = await self._train_on(groups, state, version)
+                draws = await self._collect(version - 1, gate, workers)
+                state, metrics, rollouts = await self._train_on(draws, state, version)
                 await self._finish_step(state, version, metrics, rollouts, started, gate)
         finally:
             if self.hub is not None:
@@ -237,33 +286,51 @@ class RLPipeline:
             started = time.perf_counter()
             if self.engine is None:
                 raise ValueError("sync mode plays groups in process: it needs an engine")
-            groups = [self._open_group() for _ in range(cfg.groups_per_step)]
-            await asyncio.gather(*(self._play_group(*group) for group in groups))
-            groups = self.buffer.take(current_version=version - 1)
-            state, metrics, rollouts = await self._train_on(groups, state, version)
+            draws, opened = _StepDraws(), 0
+            while True:   # one round, or (dynamic sampling) until enough have variance
+                count = cfg.groups_per_step - len(draws.kept)
+                if cfg.dynamic_sampling:   # bounded by groups opened: failed ones count too
+                    count = min(count, cfg.max_draws_per_step - opened)
+                if count <= 0:
+                    break
+                groups = [self._open_group() for _ in range(count)]
+                opened += count
+                await asyncio.gather(*(self._play_group(*group) for group in groups))
+                self._select(self.buffer.take(current_version=version - 1), draws)
+                if not cfg.dynamic_sampling:
+                    break
+            state, metrics, rollouts = await self._train_on(draws, state, version)
             await self._finish_step(state, version, metrics, rollouts, started)
         return state
 
     async def _collect(self, current_version: int, gate: StalenessGate,
-                       workers: list[asyncio.Task]) -> list[list[Rollout]]:
-        """At least `groups_per_step` trainable groups (all ready ones unless capped).
+                       workers: list[asyncio.Task]) -> _StepDraws:
+        """At least `groups_per_step` trainable groups (all ready ones unless capped), or under
+        dynamic sampling that many with reward variance, or all it has at the draw bound.
 
-        Groups the buffer discards (stale, or all members failed) give their admission back to
-        the gate, so replacements start and the trainer never waits on groups that cannot come.
+        Groups discarded (stale, all members failed, no reward variance) give their admission
+        back to the gate, so replacements start and the trainer never waits on groups that
+        cannot come.
         """
         cfg = self.config
-        groups: list[list[Rollout]] = []
-        while len(groups) < cfg.groups_per_step:
+        draws = _StepDraws()
+        while len(draws.kept) < cfg.groups_per_step:
+            left = self._draws_left(draws)
+            if left == 0:
+                break
             await self._wait_or_raise(
-                self.buffer.wait_for(cfg.groups_per_step - len(groups)), workers)
+                self.buffer.wait_for(cfg.groups_per_step - len(draws.kept)), workers)
             stats = self.buffer.stats
             discarded_before = stats.groups_dropped_stale + stats.groups_untrainable
-            cap = None if cfg.max_groups_per_step is None else cfg.max_groups_per_step - len(
-                groups)
-            groups += self.buffer.take(current_version, max_groups=cap)
-            discarded = stats.groups_dropped_stale + stats.groups_untrainable - discarded_before
+            caps = [c for c in (left, None if cfg.max_groups_per_step is None
+                                else cfg.max_groups_per_step - len(draws.kept)) if c is not None]
+            without_variance = draws.discarded
+            self._select(self.buffer.take(current_version, max_groups=min(caps, default=None)),
+                         draws)
+            discarded = (stats.groups_dropped_stale + stats.groups_untrainable - discarded_before
+                         + draws.discarded - without_variance)
             await gate.release(discarded)
-        return groups
+        return draws
 
     @staticmethod
     async def _wait_or_raise(waiting: Awaitable, workers: list[asyncio.Task]) -> None:

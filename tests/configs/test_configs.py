@@ -49,6 +49,7 @@ def test_model_configs_hold_the_papers_settings(model):
     p = c.rl.pipeline
     assert (p.mode, p.groups_per_step, p.group_size, p.steps) == ("async", 256, 8, 1000)
     assert p.max_groups_per_step is None  # every complete group, as AgentRL
+    assert not p.dynamic_sampling and not p.curriculum.enabled  # not in the paper
     assert (p.stale_policy_ratio, p.stale_every) == (0.25, 25)
     assert c.rl.sampling.temperature == c.rl.trainer.temperature == 0.8
     assert dict(c.rl.limits) == dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024)
@@ -151,3 +152,16 @@ def test_ablation_of_another_model():
 def test_unknown_ablations_are_refused(arg):
     with pytest.raises(ValueError, match="unknown"):
         ablations.get_config(arg)
+
+
+def test_local_default_holds_the_evaluation_protocol_and_the_levers():
+    from agentrl_jax.evaluation import protocol
+    from configs import local_default
+
+    c = local_default.get_config()
+    assert c.eval.per_task >= 40 and c.eval.temperature == 0.8 and c.eval.runs >= 1
+    assert c.eval.validation_per_task == protocol.VALIDATION_PER_TASK
+    assert c.rl.pipeline.dynamic_sampling and c.rl.pipeline.curriculum.enabled
+    assert c.rl.pipeline.max_draws_per_step > c.rl.pipeline.groups_per_step
+    fast = local_default.get_config("fast")   # CI: one index per task
+    assert fast.eval.per_task == 1 and fast.rl.pipeline.steps <= 2

@@ -35,13 +35,38 @@ def test_moving_average_is_trailing():
 def test_plot_and_table(tmp_path):
     records = [{"step": s, "db/success": s / 4, "kg/success": 0.0} for s in (1, 2, 3, 4)]
     path = report.plot_success(records, ["db", "kg", "os"], tmp_path / "p.png",
-                               before={"db": 0.0}, after={"db": 1.0})
+                               before={"db": 0.0}, after={"db": 1.0},
+                               intervals={"after": {"db": (0.6, 1.0)}})
     assert path.read_bytes()[:4] == b"\x89PNG"
-    row = lambda s: {"success_mean": s, "success_std": 0.0, "score_mean": s}  # noqa: E731
-    table = report.results_table({"db": row(0.1), "kg": row(0.3)}, {"db": row(0.5),
-                                                                   "kg": row(0.7)})
-    assert "| db | 10.0 ± 0.0 | 50.0 ± 0.0 | 50.0 |" in table
-    assert "| **average** | 20.0 | 60.0 | 60.0 |" in table
+
+
+def _task(successes):
+    """A task of `agentbench.to_json` with one pass over indices 0..n-1."""
+    runs = [[Rollout("db-test", i, 0, 0, *([np.zeros(0, np.int32)] * 2), np.zeros(0, np.float32),
+                     *([np.zeros(0, np.int32)] * 2), reward=float(s),
+                     status=SampleStatus.COMPLETED) for i, s in enumerate(successes)]]
+    result = agentbench.summarize_task("db-test", runs)
+    return json.loads(json.dumps(agentbench.to_json({"db-test": result})))["tasks"]["db-test"]
+
+
+def test_results_table_has_intervals_and_the_paired_difference():
+    before = {"db": _task([0, 1, 1, 0, 0]), "kg": _task([0, 0, 0, 0, 0])}
+    after = {"db": _task([1, 1, 1, 1, 1]), "kg": _task([0, 0, 0, 0, 1])}
+    paired = agentbench.paired_comparison(before, after)
+    table = report.results_table(before, after, paired)
+    # db: 2/5 -> 5/5; Wilson [11.8, 76.9] and [56.6, 100.0]; d = [1,0,0,1,1]: +60.0
+    # [-8.0, 128.0] (tests/evaluation/test_intervals.py). Mean of +60 and +20 is +40.
+    assert ("| db | 40.0 [11.8, 76.9] | 100.0 [56.6, 100.0] | 40.0 | 100.0 | "
+            "+60.0 [-8.0, 128.0] |") in table
+    assert "| **average** | 20.0 | 60.0 | 20.0 | 60.0 | +40.0 [3.3, 76.7] (significant) |" in table
+    # Without an evaluation before RL, the table still has every row.
+    assert "| kg | – | 20.0 [3.6, 62.4] | – | 20.0 | – |" in report.results_table(None, after)
+
+
+def test_stage_times():
+    line = report.stage_times({"demos": {"seconds": 60.0}, "sft": {"seconds": 300.0},
+                               "report": {"total_seconds": 1.0}})
+    assert line == "stage times: demos 1.0 min, sft 5.0 min; total 6.0 min\n"
 
 
 def rollout(status, reward):

@@ -122,7 +122,8 @@ def test_k_runs_aggregate_to_exact_means_stds_and_terminations(db_and_echo, toke
                                                                   max_new_tokens=2048),
                       limits=LIMITS)
     results = asyncio.run(eval_lib.evaluate_tasks(
-        db_and_echo, policy, agent, ["db", "echo"], split="test", runs=RUNS, limit=LIMIT,
+        db_and_echo, policy, agent, ["db", "echo"], split="test", runs=RUNS,
+        select=lambda indices: indices[:LIMIT],
         concurrency=6, start_jitter_s=0))
 
     assert list(results) == ["db-test", "echo"]
@@ -152,8 +153,11 @@ def test_k_runs_aggregate_to_exact_means_stds_and_terminations(db_and_echo, toke
     assert written["average"]["success_mean"] == pytest.approx((4 / 15 + 0.4) / 2)
     assert written["tasks"]["db-test"]["success_std"] == pytest.approx(db.success_std)
     assert (tmp_path / "eval.md").read_text() == table
-    assert "| db-test | 15 | 26.7 ± 9.4 | 26.7 ± 9.4 | 60% | 20% | 0% | 20% | 0% |" in table
-    assert "| echo | 15 | 40.0 ± 0.0 | 40.0 ± 0.0 | 40% | 20% | 40% | 0% | 0% |" in table
+    # Wilson intervals of 4/15 and 6/15 episodes.
+    assert ("| db-test | 15 | 26.7 ± 9.4 | 26.7 ± 9.4 | [10.9, 52.0] | 60% | 20% | 0% | 20% "
+            "| 0% |") in table
+    assert ("| echo | 15 | 40.0 ± 0.0 | 40.0 ± 0.0 | [19.8, 64.3] | 40% | 20% | 40% | 0% | "
+            "0% |") in table
     assert "| **average** | | 33.3 | 33.3 |" in table
 
 
@@ -241,7 +245,7 @@ def test_bad_checkpoints_are_reported(tiny_run, tmp_path):
 def test_cli_evaluates_a_run_checkpoint_end_to_end(tiny_run, tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "launch.eval", "--checkpoint", str(tiny_run.run_dir),
-            "--step", str(tiny_run.step), "--runs", "2", "--limit", "2", "--out", str(out)]
+            "--step", str(tiny_run.step), "--runs", "2", "--per_task", "2", "--out", str(out)]
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -255,5 +259,8 @@ def test_cli_evaluates_a_run_checkpoint_end_to_end(tiny_run, tmp_path):
     assert settings["step"] == tiny_run.step and settings["runs"] == 2
     assert settings["limits"]["max_turns"] == 2   # the run's limits
     assert settings["temperature"] == 0.8
+    # The protocol's subset: 2 indices spread evenly over the 260 of DB's test split.
+    assert settings["per_task"] == 2 and settings["subset"] == "test"
+    assert sorted({o["index"] for o in db["outcomes"]}) == [65, 195]
     assert "| db-test | 4 |" in (out / "eval.md").read_text()
     assert (out / "logs").is_dir()

@@ -9,8 +9,9 @@ import pytest
 
 from agentrl_jax.controller.wire import SampleStatus
 from agentrl_jax.data import TaskStream
+from agentrl_jax.pipeline import curriculum, runner
 from agentrl_jax.pipeline.admission import StalenessGate
-from agentrl_jax.pipeline.batching import prepare_batch
+from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.rl import advantages
 from agentrl_jax.rollout.record import Rollout
@@ -185,3 +186,69 @@ def test_tokens_after_the_last_sampled_one_are_not_packed():
 def test_nothing_trainable_gives_none():
     group = [Rollout.failed("t", 0, 0, m, "x") for m in range(2)]
     assert prepare_batch([group], _config(), (8,), 16) is None
+
+
+def test_reward_variance_is_on_shaped_rewards_of_valid_members():
+    cfg = _config()
+    assert not has_reward_variance([rollout(0, 0, 1.0), rollout(0, 1, 1.0)], cfg)
+    assert has_reward_variance([rollout(0, 0, 1.0), rollout(0, 1, 0.0)], cfg)
+    # 0 (completed) vs −0.2 (turn limit): the penalty makes them differ.
+    assert has_reward_variance(
+        [rollout(0, 0, 0.0), rollout(0, 1, 0.0, status=SampleStatus.TASK_LIMIT_REACHED)], cfg)
+    # A failed member is masked: one valid member left, no baseline, no variance.
+    assert not has_reward_variance([rollout(0, 0, 1.0), Rollout.failed("t", 0, 0, 1, "x")], cfg)
+
+
+# ---- dynamic sampling: the trainer's side of one step ----------------------------------------
+
+def _pipeline(dynamic, max_draws, groups_per_step=2):
+    cfg = runner.default_config()
+    cfg.update(group_size=2, groups_per_step=groups_per_step, dynamic_sampling=dynamic,
+               max_draws_per_step=max_draws, max_staleness=1)
+    stream = curriculum.LearnabilityCurriculum(TaskStream({"t": list(range(10))}), prefer=1.0)
+    return runner.RLPipeline(cfg, client=None, engine=None, trainer=None, agent=None,
+                             stream=stream, adv_config=_config())
+
+
+def _fill(pipeline, rewards_per_group):
+    for gid, rewards in enumerate(rewards_per_group):
+        pipeline.buffer.open_group(gid, "t")
+        for member, reward in enumerate(rewards):
+            r = rollout(gid, member, reward)
+            r.index = gid
+            pipeline.buffer.add(r)
+
+
+def _collect(pipeline, started):
+    async def go():
+        gate = StalenessGate(groups_per_step=2, max_staleness=1, started_groups=started)
+        draws = await pipeline._collect(0, gate, workers=[])
+        return draws, gate
+    return asyncio.run(go())
+
+
+def test_dynamic_sampling_discards_groups_without_variance_and_gives_admission_back():
+    p = _pipeline(dynamic=True, max_draws=8)
+    _fill(p, [(1, 1), (1, 0), (0, 0), (0, 1), (1, 0)])
+    draws, gate = _collect(p, started=5)
+    assert [g[0].group_id for g in draws.kept] == [1, 3, 4]   # every ready group is taken
+    assert len(draws.drawn) == 5 and draws.discarded == 2
+    assert gate.started == 3   # the two discarded groups' admissions came back
+    # Every drawn group was observed, discarded or not (the curriculum needs the 0s and 1s).
+    assert [p.stream.pass_rate("t", i) for i in range(5)] == [1.0, 0.5, 0.0, 0.5, 0.5]
+
+
+def test_dynamic_sampling_stops_at_the_draw_bound():
+    p = _pipeline(dynamic=True, max_draws=3)
+    _fill(p, [(1, 1), (1, 0), (0, 0), (0, 1)])
+    draws, _ = _collect(p, started=4)
+    assert [g[0].group_id for g in draws.kept] == [1]   # fewer than groups_per_step
+    assert len(draws.drawn) == 3
+    assert p.buffer.num_ready == 1   # group 3 was not drawn: it is the next step's
+
+
+def test_without_dynamic_sampling_every_group_is_kept():
+    p = _pipeline(dynamic=False, max_draws=1)
+    _fill(p, [(1, 1), (0, 0), (1, 0)])
+    draws, gate = _collect(p, started=3)
+    assert len(draws.kept) == 3 and draws.discarded == 0 and gate.started == 3

@@ -10,10 +10,10 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.data import TaskStream
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
-from agentrl_jax.pipeline import runner
+from agentrl_jax.pipeline import curriculum, runner
+from agentrl_jax.pipeline.batching import has_reward_variance
 from agentrl_jax.rl import advantages, train_step
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
 from agentrl_jax.rollout.cross_policy import PolicyMix
@@ -44,10 +44,11 @@ def stack(tokenizer):
         yield engine, trainer
 
 
-def _configs(tokenizer, mode, stale_ratio=0.0, steps=3, max_staleness=1):
+def _configs(tokenizer, mode, stale_ratio=0.0, steps=3, max_staleness=1, **pipeline):
     pcfg = runner.default_config()
     pcfg.update(mode=mode, steps=steps, groups_per_step=2, group_size=2, rollout_workers=3,
-                max_staleness=max_staleness, stale_policy_ratio=stale_ratio, stale_every=2)
+                max_staleness=max_staleness, stale_policy_ratio=stale_ratio, stale_every=2,
+                **pipeline)
     agent = AgentSpec(
         tokenizer=tokenizer, sampling=SamplingParams(temperature=1.0, max_new_tokens=12),
         limits=EpisodeLimits(max_turns=2, max_context_tokens=512, max_new_tokens=12),
@@ -62,7 +63,8 @@ def _run(stack, fleet, tokenizer, mode, **kw):
 
     async def go():
         async with ControllerClient(fleet.url, start_jitter_s=0) as client:
-            stream = TaskStream({"echo": await client.get_indices("echo")}, seed=0)
+            stream = curriculum.task_stream({"echo": await client.get_indices("echo")},
+                                            pcfg.curriculum, seed=0)
             pipeline = runner.RLPipeline(
                 pcfg, client=client, engine=engine, trainer=trainer, agent=agent,
                 stream=stream, adv_config=advantages.default_config(), on_step=reports.append)
@@ -97,6 +99,33 @@ def test_pipeline_trains_and_syncs_weights(stack, fleet, tokenizer, mode):
     assert trainer.num_traces == 1
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_dynamic_sampling_and_curriculum_in_a_run(stack, fleet, tokenizer, mode):
+    _, _, pipeline, reports, _ = _run(stack, fleet, tokenizer, mode, dynamic_sampling=True,
+                                      max_draws_per_step=4,
+                                      curriculum=dict(enabled=True, prefer=0.5, window=16))
+    assert [r.step for r in reports] == [1, 2, 3]
+    advantages_config = advantages.default_config()
+    for report in reports:
+        m = report.metrics
+        assert 1 <= m["groups_drawn"] <= 4
+        groups = {}
+        for r in report.rollouts:
+            groups.setdefault(r.group_id, []).append(r)
+        assert m["groups_discarded_no_variance"] == m["groups_drawn"] - len(groups)
+        assert all(has_reward_variance(g, advantages_config) for g in groups.values())
+        # The episode statistics cover every drawn group, trained or discarded.
+        assert m["num_rollouts"] == 2 * m["groups_drawn"]
+        if len(groups) < 2:   # fewer than groups_per_step with variance: only at the bound
+            assert m["groups_drawn"] == 4
+    # Every drawn group was observed by the curriculum, and its state is in the bookkeeping.
+    history = reports[-1].bookkeeping["stream_state"]["history"]
+    observed = sum(len(groups) for _, _, groups in history)
+    assert observed == sum(r.metrics["groups_drawn"] for r in reports)
+    if mode == "sync":   # (async workers may have drawn on after the last step)
+        assert pipeline.stream.get_state() == reports[-1].bookkeeping["stream_state"]
+
+
 def test_cross_policy_pool_uses_and_refreshes_the_stale_snapshot(stack, fleet, tokenizer):
     _, policies, _, reports, _ = _run(stack, fleet, tokenizer, "async", stale_ratio=0.5, steps=4)
     assert policies == {"current": 4, "stale": 4}  # refreshed at steps 2 and 4
@@ -121,14 +150,18 @@ def test_async_with_zero_staleness_equals_sync(stack, fleet, tokenizer):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_resume_from_checkpoint_never_retrains_a_group(stack, fleet, tokenizer, tmp_path):
+@pytest.mark.parametrize("learnability", [False, True])
+def test_resume_from_checkpoint_never_retrains_a_group(stack, fleet, tokenizer, tmp_path,
+                                                       learnability):
     """Train 2 steps with a checkpoint per step, 'kill', resume from it to step 4."""
     from agentrl_jax.checkpoint import CheckpointManager
 
     engine, trainer = stack
+    restored = []
 
     async def run(steps, manager, resume):
-        pcfg, agent = _configs(tokenizer, "async", steps=steps)
+        pcfg, agent = _configs(tokenizer, "async", steps=steps,
+                               curriculum=dict(enabled=learnability, prefer=0.5, window=16))
         reports = []
 
         async def on_step(report):
@@ -136,11 +169,13 @@ def test_resume_from_checkpoint_never_retrains_a_group(stack, fleet, tokenizer, 
             manager.save(report.step, report.state, bookkeeping=report.bookkeeping)
 
         async with ControllerClient(fleet.url, start_jitter_s=0) as client:
-            stream = TaskStream({"echo": await client.get_indices("echo")}, seed=0)
+            stream = curriculum.task_stream({"echo": await client.get_indices("echo")},
+                                            pcfg.curriculum, seed=0)
             state, book, start = trainer.init_state(0), None, 0
             if resume:
                 state, book = manager.restore(state)
                 stream.set_state(book["stream_state"])
+                restored.append((book["stream_state"], stream.get_state()))
                 start = manager.latest_step()
             pipeline = runner.RLPipeline(
                 pcfg, client=client, engine=engine, trainer=trainer, agent=agent, stream=stream,
@@ -161,3 +196,9 @@ def test_resume_from_checkpoint_never_retrains_a_group(stack, fleet, tokenizer, 
     # Group ids continue past everything drawn before the checkpoint, trained or in flight.
     assert min(after) >= first[-1].bookkeeping["next_group_id"]
     assert second[-1].bookkeeping["rollouts_trained"] > first[-1].bookkeeping["rollouts_trained"]
+    # The stream (with the curriculum: its pass rates too) resumed as checkpointed.
+    ((saved, resumed),) = restored
+    assert resumed == saved == first[-1].bookkeeping["stream_state"]
+    if learnability:
+        assert saved["history"] and len(second[-1].bookkeeping["stream_state"]["history"]) >= len(
+            saved["history"])

@@ -1,0 +1,58 @@
+"""Which indices are evaluated, and which train indices are held out: the evaluation protocol.
+
+    test        `evenly_spaced(test split, per_task)`: a fixed subset spread over each task's
+                test split, the same before and after RL; for reporting only.
+    validation  `evenly_spaced(train split[reserved:], per_task)`: held-out train indices for
+                decisions (model size, learning rates, curriculum, ...). `reserved` is the
+                number of leading train indices the warm start's oracle demonstrations use
+                (`demos.per_task`), so validation shares no index with the demonstrations, and
+                RL never draws a validation index (`rl_indices`).
+
+Spreading evenly (not the first indices) matters: splits are often ordered by source or
+difficulty. `docs/evaluation.md` lists the resulting indices of the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentrl_jax.controller.wire import SampleIndex
+
+TEST_PER_TASK = 40
+VALIDATION_PER_TASK = 20
+TEMPERATURE = 0.8  # AgentRL's evaluation temperature
+
+
+def evenly_spaced(indices: Sequence[SampleIndex], count: int) -> list[SampleIndex]:
+    """`count` of `indices` spread evenly over the sequence (all of them if it is shorter).
+
+    Position i of n is ⌊(2i + 1)·n / 2·count⌋, i = 0..count−1: the middle of each of `count`
+    equal slices, so neither end of a split dominates and the first index is not special.
+    """
+    n = len(indices)
+    if count >= n:
+        return list(indices)
+    return [indices[(2 * i + 1) * n // (2 * count)] for i in range(count)]
+
+
+def test_indices(test_split: Sequence[SampleIndex], per_task: int = TEST_PER_TASK
+                 ) -> list[SampleIndex]:
+    """The evaluated subset of a task's test split."""
+    return evenly_spaced(test_split, per_task)
+
+
+def validation_indices(train_split: Sequence[SampleIndex], reserved: int,
+                       per_task: int = VALIDATION_PER_TASK) -> list[SampleIndex]:
+    """The held-out validation slice of a task's train split (none of its first `reserved`)."""
+    return evenly_spaced(list(train_split)[reserved:], per_task)
+
+
+def rl_indices(train_split: Sequence[SampleIndex], reserved: int,
+               per_task: int = VALIDATION_PER_TASK) -> list[SampleIndex]:
+    """The train indices RL may draw: all but the validation slice."""
+    held_out = set(map(_key, validation_indices(train_split, reserved, per_task)))
+    return [i for i in train_split if _key(i) not in held_out]
+
+
+def _key(index: SampleIndex) -> str:
+    return repr(index)

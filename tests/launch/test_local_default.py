@@ -1,0 +1,101 @@
+"""The real default (`configs/local_default.py`) on a reduced budget: its warm start must write
+well-formed first tool calls, so that a regression of the format shows up in tests.
+
+Slow (`pytest -m slow`): the demonstrations and the warm start are the default's own (cached
+in the agentrl_jax cache, shared with `python -m launch.local`); RL takes 0 steps, so the final
+policy is the warm start, and `eval_after` plays `PER_TASK` test indices per task with it. The
+assertion is on the format of each episode's first call (an offered tool, JSON arguments with
+the required parameters), never on a success rate; whether it is the oracle's first tool is
+printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+PER_TASK = 10
+WELL_FORMED = 0.9  # the issue's bar for the first calls of every task
+
+
+def first_call(messages: list[dict], tools: list[dict]) -> str | None:
+    """The tool the first assistant turn calls, if that call is well formed: the name of an
+    offered tool and JSON-object arguments holding every required parameter; else None."""
+    turn = next((m for m in messages if m["role"] == "assistant"), None)
+    if turn is None or not turn.get("tool_calls"):
+        return None
+    call = turn["tool_calls"][0]["function"]
+    schema = next((t["function"]["parameters"] for t in tools
+                   if t["function"]["name"] == call["name"]), None)
+    if schema is None:
+        return None
+    try:
+        arguments = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else (
+            call["arguments"])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(arguments, dict) or any(k not in arguments
+                                              for k in schema.get("required", [])):
+        return None
+    return call["name"]
+
+
+def test_first_call_judges_the_format():
+    tools = [{"function": {"name": "execute_sql", "parameters": {"required": ["query"]}}},
+             {"function": {"name": "commit_final_answer", "parameters": {}}}]
+
+    def turn(name, arguments):
+        return [{"role": "system", "content": ""}, {"role": "assistant", "content": "",
+                "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}]
+
+    assert first_call(turn("execute_sql", '{"query": "SELECT 1"}'), tools) == "execute_sql"
+    assert first_call(turn("commit_final_answer", "{}"), tools) == "commit_final_answer"
+    assert first_call(turn("execute_sql", '{"sql": "SELECT 1"}'), tools) is None
+    assert first_call(turn("execute_sql", '{"query": '), tools) is None
+    assert first_call(turn("other", "{}"), tools) is None
+    assert first_call([{"role": "assistant", "content": "SELECT 1"}], tools) is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(7200)
+def test_the_defaults_warm_start_writes_well_formed_first_calls(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "launch.local", f"--config.run_dir={run_dir}",
+            "--config.rl.pipeline.steps=0", "--config.eval.before_rl=False",
+            f"--config.eval.per_task={PER_TASK}"]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}   # one CPU device
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as out:
+        done = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                              timeout=7200)
+    assert done.returncode == 0, log.read_text()[-4000:]
+
+    stages = json.loads((run_dir / "stages.json").read_text())
+    first_tools: dict[str, set[str]] = {}
+    tools: dict[str, list[dict]] = {}
+    for path in stages["demos"]["files"]:
+        for line in pathlib.Path(path).read_text().splitlines():
+            demo = json.loads(line)
+            task = demo["task"].rsplit("-", 1)[0]
+            turn = next(m for m in demo["messages"] if m["role"] == "assistant")
+            first_tools.setdefault(task, set()).add(turn["tool_calls"][0]["function"]["name"])
+            tools[task] = demo["tools"]
+    episodes = [json.loads(x) for x in
+                (run_dir / "eval_after_episodes.jsonl").read_text().splitlines()]
+    well_formed, right_tool = {}, {}
+    for task in sorted(first_tools):
+        calls = [first_call(e["messages"], tools[task]) for e in episodes
+                 if e["task"].rsplit("-", 1)[0] == task]
+        assert len(calls) == PER_TASK
+        well_formed[task] = sum(c is not None for c in calls) / len(calls)
+        right_tool[task] = sum(c in first_tools[task] for c in calls) / len(calls)
+    # Which tool comes first is behaviour (the issue's 90% target, reported here); that the
+    # call is one the environment can execute is the format, asserted.
+    print(f"first calls well formed: {well_formed}; with the oracle's first tool: {right_tool}")
+    assert all(rate >= WELL_FORMED for rate in well_formed.values()), well_formed
