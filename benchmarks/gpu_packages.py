@@ -13,6 +13,8 @@ travels once (two versions of one stop the whole install).
 
     python -m benchmarks.gpu_packages pins          # NAME==VERSION lines for pip download
     python -m benchmarks.gpu_packages check .whl    # closure and size of a wheel directory
+    python -m benchmarks.gpu_packages device        # the machine's packages we import (pinned)
+    python -m benchmarks.gpu_packages extra         # what this environment has and it lacks
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkz
 xarray xxhash yarl zipp
 """.split())
 
+# Versions KINDS.md's pip list gives for the machine (2026-11), and the preinstalled packages our
+# code imports: a rehearsal environment here (scripts/gpu_dryrun.sh) installs these.
+DEVICE_VERSIONS = {"jax": "0.11.2", "jaxlib": "0.11.2", "numpy": "2.5.2",
+                   "transformers": "5.17.0", "tokenizers": "0.23.2", "safetensors": "0.8.0"}
+DEVICE_IMPORTED = (
+    "jax", "jaxlib", "numpy", "transformers", "tokenizers", "safetensors", "flax", "optax",
+    "orbax-checkpoint", "httpx", "absl-py", "tqdm", "psutil", "matplotlib", "aiohttp", "uvloop",
+    "etils", "ml-dtypes", "pyyaml", "requests", "tiktoken", "typing-extensions", "anyio", "click",
+    "h11", "cloudpickle", "protobuf", "packaging", "networkx", "jinja2",
+)   # and torch, which transformers' GGUF reader imports (the model conversion): the rehearsal
+    # leaves it out (a CUDA build from the registry is gigabytes), so it converts no model
+
 # What our package, its launchers and its task workers import that the machine lacks (and what
 # those need in turn). Two tasks stay behind, and the suite's learning run leaves them out
 # (configs/local_smollm2.py:gpu): ALFWorld, whose engine (textworld, jericho, fast-downward) has
@@ -91,6 +105,17 @@ def canonical(name: str) -> str:
 def pins() -> list[str]:
     """`NAME==VERSION` for every shipped distribution, at this environment's installed version."""
     return [f"{name}=={importlib.metadata.version(name)}" for name in SHIPPED]
+
+
+def device_requirements() -> list[str]:
+    """DEVICE_IMPORTED as requirements, at DEVICE_VERSIONS where KINDS.md gives one."""
+    return [f"{n}=={DEVICE_VERSIONS[n]}" if n in DEVICE_VERSIONS else n for n in DEVICE_IMPORTED]
+
+
+def not_on_device() -> list[str]:
+    """Distributions installed in this environment that the GPU machine does not have."""
+    installed = {canonical(d.metadata["Name"]) for d in importlib.metadata.distributions()}
+    return sorted(installed - DEVICE_PACKAGES)
 
 
 def wheel_metadata(wheel: pathlib.Path) -> tuple[str, list[str]]:
@@ -132,13 +157,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("pins")
+    sub.add_parser("device")
+    sub.add_parser("extra")
     checker = sub.add_parser("check")
     checker.add_argument("wheel_dir", type=pathlib.Path)
     checker.add_argument("--limit_mib", type=float, default=56.0,
                          help="the most the wheels may take (64 MiB a call, less the tree)")
     args = parser.parse_args()
-    if args.command == "pins":
-        print("\n".join(pins()))
+    if args.command in ("pins", "device", "extra"):
+        lines = {"pins": pins, "device": device_requirements, "extra": not_on_device}
+        print("\n".join(lines[args.command]()))
         return
     problems = check(args.wheel_dir)
     size = sum(w.stat().st_size for w in args.wheel_dir.glob("*.whl")) / 2**20

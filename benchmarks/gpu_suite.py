@@ -86,6 +86,15 @@ class Part:
 
 # ----------------------------------------------------------------------------- the parts
 
+_PROGRESS: list[pathlib.Path] = []   # in a child process: its output file
+
+
+def progress(figures: dict[str, Any]) -> None:
+    """Saves a part's figures so far, so that a part killed at the budget keeps them."""
+    if _PROGRESS:
+        _write_atomically(_PROGRESS[0], {"figures": figures, "error": None, "finished": False})
+
+
 
 def _seconds(fn, repeats: int, warmup: int = 2) -> float:
     """Median wall seconds of `fn()` (which must block until its work is done)."""
@@ -176,6 +185,7 @@ def part_sampler(options: Options) -> dict[str, Any]:
             out[f"{name}_decode_tok_s_b{batch}"] = r["decode_tok_s"]
             out[f"{name}_decode_step_ms_b{batch}"] = r["step_ms"]
             out[f"{name}_achieved_gbps_b{batch}"] = r["achieved_gbps"]
+            progress(out)
             print(f"{name} b{batch}: {r['decode_tok_s']:.0f} tok/s, {r['step_ms']:.2f} ms/step, "
                   f"{r['achieved_gbps']:.0f} GB/s", flush=True)
         del model
@@ -205,6 +215,7 @@ def part_train(options: Options) -> dict[str, Any]:
         out[f"{name}_train_tok_s"] = batch * length / step_s
         out[f"{name}_train_model_tflops"] = model_flops(cfg, batch, length) / step_s / 1e12
         out[f"{name}_train_tokens_per_step"] = batch * length
+        progress(out)
         print(f"{name}: {batch}x{length} in {step_s * 1e3:.1f} ms, "
               f"{out[f'{name}_train_tok_s']:.0f} tok/s", flush=True)
         del trainer, state, box
@@ -249,6 +260,10 @@ def learning_figures(run_dir: pathlib.Path, started: float) -> dict[str, Any]:
 
 def part_learn(options: Options) -> dict[str, Any]:
     """The main job until the deadline; what it finished by then is reported."""
+    if not options.tiny:   # fail at once, not after the demonstrations, when the model is absent
+        from agentrl_jax.models.zoo import resolve_model_dir
+
+        resolve_model_dir("smollm2-135m-instruct")
     run_dir = pathlib.Path(options.work_dir) / ("learn_tiny" if options.tiny else "learn")
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -340,8 +355,15 @@ class PartialFailure(Exception):
         self.figures = figures
 
 
+def _write_atomically(path: pathlib.Path, result: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, default=str))
+    tmp.replace(path)   # a kill never leaves a torn file
+
+
 def run_child(target: str, options: Options, out_path: pathlib.Path) -> None:
     """In the child process: calls `target` and writes {"figures", "error"} to `out_path`."""
+    _PROGRESS.append(out_path)
     module_name, function = target.split(":")
     figures: dict[str, Any] = {}
     error = None
@@ -353,7 +375,7 @@ def run_child(target: str, options: Options, out_path: pathlib.Path) -> None:
         import traceback
 
         error = "".join(traceback.format_exception(e))[-3000:]
-    out_path.write_text(json.dumps({"figures": figures, "error": error}, default=str))
+    _write_atomically(out_path, {"figures": figures, "error": error, "finished": True})
     if error:
         print(error, file=sys.stderr)
 
@@ -375,19 +397,26 @@ def run_part(part: Part, options: Options, timeout_s: float) -> tuple[dict[str, 
             process.wait()
             rc = None
         result = json.loads(out_path.read_text()) if out_path.exists() else None
-    if result is None:
-        why = (f"killed at the budget after {timeout_s:.0f} s" if rc is None
-               else f"the child process exited with {rc} and wrote nothing")
-        return {}, why
-    return result["figures"], result["error"]
+    if result is not None and result["finished"]:
+        return result["figures"], result["error"]
+    figures = result["figures"] if result is not None else {}
+    kept = " (its figures so far are kept)" if figures else ""
+    if rc is None:
+        return figures, f"killed at the budget after {timeout_s:.0f} s{kept}"
+    return figures, f"the child process exited with {rc} before it finished{kept}"
 
 
-def run_suite(parts: Sequence[Part], budget_s: float, options: Options) -> dict[str, Any]:
-    """Runs `parts` in order within `budget_s`; the flat JSON object of their figures."""
+def run_suite(parts: Sequence[Part], budget_s: float, options: Options,
+              only: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs `parts` (those named in `only`, if given) in order within `budget_s`; the flat JSON
+    object of their figures, with every part's keys."""
     start = time.time()
     figures: dict[str, Any] = {k: None for part in parts for k in part.keys}
     figures.update({k: None for k in DERIVED})
     for part in parts:
+        if only is not None and part.name not in only:
+            figures[f"skipped_{part.name}"] = "not among --parts"
+            continue
         left = budget_s - (time.time() - start)
         estimate = part.tiny_estimate_s if options.tiny else part.estimate_s
         if estimate > left:
@@ -406,7 +435,7 @@ def run_suite(parts: Sequence[Part], budget_s: float, options: Options) -> dict[
             print(f"== {part.name}: failed: {error.strip().splitlines()[-1]}", flush=True)
     figures.update(derived_figures(figures))
     figures.update(budget_s=budget_s, total_s=time.time() - start, tiny=options.tiny,
-                   reference_points=REFERENCE_POINTS)
+                   learn_flags=" ".join(options.learn_flags), reference_points=REFERENCE_POINTS)
     return figures
 
 
@@ -434,14 +463,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child:
         options = json.loads(args.child_options)
         options["learn_flags"] = tuple(options["learn_flags"])
-        run_child(args.child, Options(**options), args.child_out)
+        # Through the imported module, not __main__: the parts' progress() writes its file.
+        from benchmarks import gpu_suite
+
+        gpu_suite.run_child(args.child, gpu_suite.Options(**options), args.child_out)
         return
     wanted = args.parts.split(",")
     unknown = set(wanted) - {p.name for p in PARTS}
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}; known: {[p.name for p in PARTS]}")
     options = Options(tiny=args.tiny, work_dir=args.work_dir, learn_flags=tuple(args.learn_flag))
-    figures = run_suite([p for p in PARTS if p.name in wanted], args.budget_s, options)
+    figures = run_suite(PARTS, args.budget_s, options, only=wanted)
     out = args.out or (TINY_RESULTS if args.tiny else RESULTS)
     write_json(figures, out)
     shown = {k: v for k, v in figures.items() if isinstance(v, float | int) and v is not None}

@@ -22,8 +22,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import torch
-import transformers
 from flax import nnx
 
 from agentrl_jax import hostmem
@@ -52,6 +50,8 @@ def model_flops(cfg: ModelConfig, batch: int, length: int) -> float:
 
 def matmul_peak(n: int = 2048, repeats: int = 10) -> dict[str, float]:
     """Best-of FLOP/s of an n×n fp32 matmul in JAX (the reference peak), numpy and torch."""
+    import torch  # the baselines' library: imported where used, so the rest runs without it
+
     flops = 2.0 * n**3
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     ja = jnp.asarray(a)
@@ -155,6 +155,9 @@ def make_trainer(cfg: ModelConfig, batch: int, length: int, args):
 
 def hf_torch(cfg: ModelConfig, batch: int, length: int):
     """The same forward + backward + AdamW in transformers' LlamaForCausalLM."""
+    import torch
+    import transformers
+
     torch.manual_seed(0)
     hf_cfg = transformers.LlamaConfig(**{**cfg.to_hf(), "torch_dtype": None})
     model = transformers.LlamaForCausalLM(hf_cfg).train()

