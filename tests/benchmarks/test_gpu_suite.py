@@ -46,9 +46,10 @@ def env() -> dict[str, str]:
 def run_tiny_suite(tmp_path: pathlib.Path, *flags: str) -> dict:
     out = tmp_path / "gpu_suite.json"
     done = subprocess.run(
+        # No budget: how long a part takes on a loaded CPU is not what these tests check.
         [sys.executable, "-m", "benchmarks.gpu_suite", "--tiny", "--out", str(out),
-         "--work_dir", str(tmp_path / "work"), *flags],
-        cwd=REPO_ROOT, env=env(), capture_output=True, text=True, timeout=1500)
+         "--work_dir", str(tmp_path / "work"), "--budget_s=1e6", *flags],
+        cwd=REPO_ROOT, env=env(), capture_output=True, text=True, timeout=3000)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(out.read_text())
 
