@@ -1,6 +1,6 @@
 """Benchmark: the controller with issue #20's fault handling against the one before, same run.
 
-    python -m benchmarks.controller_faults   # ~3 minutes; writes benchmarks/results/ctrl.json
+    python -m benchmarks.controller_faults   # ~3 minutes; writes benchmarks/results/controller_faults.json
 
 The baseline is the `agentrl_jax` package at BASELINE_COMMIT (`git archive` into a temporary
 directory, run from there); ours is this tree. Both drive the same echo workers (this tree),
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
             figures[f"{variant}_resets_injected"] = sum(p.counts["reset"] for p in proxies)
     figures["load_average_start"] = round(load_start, 2)
     figures["load_average_end"] = round(psutil.getloadavg()[0], 2)
-    path = write_result("ctrl", figures)
+    path = write_result("controller_faults", figures)
     print(f"wrote {path}")
     for key, value in sorted(figures.items()):
         print(f"  {key}: {value}")

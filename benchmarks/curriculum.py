@@ -1,7 +1,7 @@
 """Benchmark: how many drawn groups carry a GRPO signal, plain stream vs learnability curriculum,
 and what dynamic sampling costs in draws, on a simulated task population.
 
-    python -m benchmarks.curriculum   # seconds; writes benchmarks/results/learn.json
+    python -m benchmarks.curriculum   # seconds; writes benchmarks/results/curriculum.json
 
 No model: each train index has a fixed pass probability, drawn once from a population like the
 one a weak policy meets (most indices never solved, a few always, the rest in between:
@@ -90,7 +90,7 @@ def main() -> dict[str, object]:
         **machine_info(),
     }
     RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / "learn.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS_DIR / "curriculum.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return result
 

@@ -1,6 +1,6 @@
 """Benchmark: what the service workers' containment costs and what it buys (issue 16, items 4-5).
 
-    python -m benchmarks.services   # ~1 min; writes benchmarks/results/svc.json
+    python -m benchmarks.services   # ~1 min; writes benchmarks/results/services.json
 
 Each figure runs the baseline and ours in the same process, one after the other:
 
@@ -120,7 +120,7 @@ def main() -> None:
     load = open("/proc/loadavg").read().split()[0]
     figures = {**webshop_parse(), **sqlite_victim(), **kg_query(),
                "load_average_1min_at_start": float(load)}
-    path = write_result("svc", figures)
+    path = write_result("services", figures)
     for key, value in sorted(figures.items()):
         print(f"{key:40s} {value:.6g}")
     print(f"wrote {path}")
