@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from agentrl_jax.evaluation import intervals
 from agentrl_jax.rollout.agent_loop import AgentSpec, Generator, run_episode
 from agentrl_jax.rollout.record import Rollout

@@ -26,8 +26,8 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from agentrl_jax.controller.wire import SampleIndex
 from agentrl_jax.data import TaskStream
+from agentrl_jax.episode import SampleIndex
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -7,8 +7,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from agentrl_jax.controller.wire import SampleStatus
 from agentrl_jax.data import TaskStream
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.pipeline import curriculum, runner
 from agentrl_jax.pipeline.admission import StalenessGate
 from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch
