@@ -9,7 +9,7 @@ wraps the task stream (`data.TaskStream`) and changes only which index of a task
     replaced by one of them, chosen uniformly; otherwise the stream's (fresh) index is kept,
     so unseen indices keep being explored;
   * an index's running pass rate is over its last `window` observed groups:
-    rate = Σ passes / Σ episodes (a pass is `agentbench.is_success`).
+    rate = Σ passes / Σ episodes (a pass is `episode.is_success`).
 
 Randomness comes from `numpy.random.default_rng([seed, draw number])`, so the state is the
 wrapped stream's state, the draw count and the observations; `get_state` returns it as JSON
