@@ -13,7 +13,7 @@ from typing import Any
 
 import grain
 
-from agentrl_jax.controller.wire import SampleIndex
+from agentrl_jax.episode import SampleIndex
 
 
 class TaskStream:

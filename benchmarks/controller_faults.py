@@ -35,7 +35,7 @@ import httpx
 import psutil
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from benchmarks.machine_info import write_result
 from launch.env_fleet import REPO_ROOT, ServerProcess, start_server, wait_ready, worker_argv
 

@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.pipeline import curriculum as curriculum_lib
 from agentrl_jax.pipeline.batching import has_reward_variance
 from agentrl_jax.rl import advantages

@@ -43,12 +43,14 @@ from typing import Any
 
 import httpx
 
+from agentrl_jax import episode
 from environments.registry import load_task
 from environments.worker.__main__ import task_params
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 _STARTUP_TIMEOUT_S = 300.0   # a worker may build or load its data before it listens
+UNKNOWN = episode.SampleStatus.UNKNOWN.value   # what an episode the oracle did not finish reports
 
 
 @dataclasses.dataclass
@@ -65,7 +67,8 @@ class EpisodeRecord:
 
     @property
     def success(self) -> bool:
-        return self.status == "completed" and self.reward >= 1.0 and self.error is None
+        """`episode.is_success`, and the oracle's driver raised nothing."""
+        return episode.is_success(self.status, self.reward) and self.error is None
 
     def reason(self) -> str:
         if self.error:
@@ -168,7 +171,7 @@ async def play_episode(client: httpx.AsyncClient, api: str, oracle: Any, index: 
         for _ in range(max_turns):
             history.extend(out.get("messages") or [])
             if out.get("finish"):
-                return EpisodeRecord(index, out.get("status", "unknown"),
+                return EpisodeRecord(index, out.get("status", UNKNOWN),
                                      float(out.get("reward", 0.0)), history, tools,
                                      out.get("metric") or {})
             message = oracle.next_message(index, history)
@@ -179,12 +182,12 @@ async def play_episode(client: httpx.AsyncClient, api: str, oracle: Any, index: 
             out = response.json()["env_out"]
         with contextlib.suppress(httpx.HTTPError):
             await client.post(f"{api}/cancel", json={"session_id": session_id})
-        return EpisodeRecord(index, "unknown", 0.0, history, tools, {},
+        return EpisodeRecord(index, UNKNOWN, 0.0, history, tools, {},
                              error=f"oracle did not finish within {max_turns} turns")
     except Exception as error:  # one broken episode must not end the run
         with contextlib.suppress(httpx.HTTPError):
             await client.post(f"{api}/cancel", json={"session_id": session_id})
-        return EpisodeRecord(index, "unknown", 0.0, history, tools, {},
+        return EpisodeRecord(index, UNKNOWN, 0.0, history, tools, {},
                              error=f"{type(error).__name__}: {error}")
 
 

@@ -2,6 +2,8 @@
 
 Both sides import this module: the task workers in `environments/` and the controller. It must
 stay free of JAX (importing it is what `environments` may do): pydantic and starlette only.
+The status values and the index type are `agentrl_jax.episode`'s, re-exported here because the
+wire carries them; code that needs only the status imports `episode`, not this module.
 
 The field names follow AgentRL exactly, including its asymmetries: the worker reports `metric`,
 the controller reports `metrics`; the controller's session id travels in a `session_id` header,
@@ -12,7 +14,6 @@ their meaning, and dicts are several times cheaper than nested models on the hot
 
 from __future__ import annotations
 
-import enum
 from typing import Any, Literal, NotRequired, TypeVar
 
 from pydantic import (
@@ -29,32 +30,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
+from agentrl_jax.episode import SampleIndex, SampleStatus
+
 Message = dict[str, Any]
-SampleIndex = int | str
 SESSION_ID_HEADER = "session_id"
 ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-class SampleStatus(enum.StrEnum):
-    """How an episode stands; every value other than `running` ends it."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"
-    AGENT_CONTEXT_LIMIT = "agent context limit"
-    AGENT_VALIDATION_FAILED = "agent validation failed"
-    AGENT_INVALID_ACTION = "agent invalid action"
-    TASK_LIMIT_REACHED = "task limit reached"
-    TASK_ERROR = "task error"
-    CANCELLED = "cancelled"
-    UNKNOWN = "unknown"
-
-    @classmethod
-    def parse(cls, value: Any) -> SampleStatus:
-        """Reads a status from a peer; anything unrecognised is `unknown`, never an error."""
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
 
 
 class _Model(BaseModel):

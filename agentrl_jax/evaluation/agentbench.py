@@ -29,19 +29,21 @@ from typing import Any
 
 import numpy as np
 
+from agentrl_jax import episode
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from agentrl_jax.evaluation import intervals
 from agentrl_jax.rollout.agent_loop import AgentSpec, Generator, run_episode
 from agentrl_jax.rollout.record import Rollout
 
-# Table 7's columns; validation failures count as invalid actions, as in the paper.
+# Table 7's columns; validation failures count as invalid actions, as in the paper, and the ends
+# training masks (not the agent's doing, `episode.MASKED_STATUSES`) are the task errors.
 TERMINATIONS = {
     "completed": (SampleStatus.COMPLETED,),
     "task_limit_reached": (SampleStatus.TASK_LIMIT_REACHED,),
     "invalid_action": (SampleStatus.AGENT_INVALID_ACTION, SampleStatus.AGENT_VALIDATION_FAILED),
     "context_limit": (SampleStatus.AGENT_CONTEXT_LIMIT,),
-    "task_error": (SampleStatus.TASK_ERROR, SampleStatus.CANCELLED, SampleStatus.UNKNOWN),
+    "task_error": tuple(sorted(episode.MASKED_STATUSES)),
 }
 
 
@@ -77,13 +79,10 @@ class TaskResult:
         return float(np.std(self.score_per_run))
 
 
-def is_success(rollout: Rollout) -> bool:
-    return rollout.status == SampleStatus.COMPLETED and rollout.reward >= 1.0
-
-
 def summarize_task(task: str, runs: Sequence[Sequence[Rollout]]) -> TaskResult:
     """One task's result from its episodes, grouped by pass."""
     episodes = [r for run in runs for r in run]
+    passed = [[episode.is_success(r.status, r.reward) for r in run] for run in runs]
     terminations = {
         name: float(np.mean([r.status in statuses for r in episodes])) if episodes else 0.0
         for name, statuses in TERMINATIONS.items()
@@ -91,13 +90,12 @@ def summarize_task(task: str, runs: Sequence[Sequence[Rollout]]) -> TaskResult:
     return TaskResult(
         task=task,
         episodes=len(episodes),
-        success_per_run=[float(np.mean([is_success(r) for r in run])) if run else 0.0
-                         for run in runs],
+        success_per_run=[float(np.mean(run)) if run else 0.0 for run in passed],
         score_per_run=[float(np.mean([r.reward for r in run])) if run else 0.0 for run in runs],
         terminations=terminations,
-        outcomes=[{"index": r.index, "run": k, "success": int(is_success(r)),
+        outcomes=[{"index": r.index, "run": k, "success": int(ok),
                    "score": float(r.reward), "status": str(r.status)}
-                  for k, run in enumerate(runs) for r in run],
+                  for k, run in enumerate(runs) for r, ok in zip(run, passed[k], strict=True)],
     )
 
 

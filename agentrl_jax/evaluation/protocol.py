@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentrl_jax.controller.wire import SampleIndex
+from agentrl_jax.episode import SampleIndex
 
 TEST_PER_TASK = 40
 VALIDATION_PER_TASK = 20

@@ -1,10 +1,11 @@
 """From released groups of rollouts to the trainer's packed micro-batches.
 
-    rewards, statuses → shape (incomplete penalty, masks) → GRPO per group → task normalisation
+    rewards, statuses → masks (`episode.training_treatment`) → shape (incomplete penalty)
+    → GRPO per group → task normalisation
     → one advantage per rollout, broadcast over its sampled tokens → pack into micro-batches
 
-Rollouts with nothing to train on (failed to start, no sampled token) are masked members of
-their group; they take part in no statistic and produce no row.
+Rollouts with nothing to train on (failed to start, no sampled token) are invalid members of
+their group, whatever their status: they take part in no statistic and produce no row.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
-from agentrl_jax.evaluation.agentbench import is_success
+from agentrl_jax import episode
 from agentrl_jax.rl import advantages as adv_lib
 from agentrl_jax.rl.batch import TrainBatch, Trajectory, pack
 from agentrl_jax.rollout.record import Rollout
@@ -40,13 +41,13 @@ def prepare_batch(
     rollouts = [r for g in groups for r in g]
     if not rollouts:
         return None
-    statuses = _statuses(rollouts)
+    completed, valid = training_masks(rollouts)
     group_ids = np.asarray([r.group_id for r in rollouts])
     task_names = sorted({r.task for r in rollouts})
     task_ids = np.asarray([task_names.index(r.task) for r in rollouts])
     num_loss = np.asarray([r.num_loss_tokens for r in rollouts], np.float64)
     advantages, weights = adv_lib.compute_advantages(
-        [r.reward for r in rollouts], statuses, group_ids, task_ids, num_loss, adv_config)
+        [r.reward for r in rollouts], completed, valid, group_ids, task_ids, num_loss, adv_config)
 
     trajectories = [_trajectory(r, float(a), float(w))
                     for r, a, w in zip(rollouts, advantages, weights, strict=True) if w > 0]
@@ -59,17 +60,25 @@ def prepare_batch(
     return PreparedBatch(micro, num_tokens, metrics, len(trajectories))
 
 
-def _statuses(rollouts: Sequence[Rollout]) -> list[str]:
-    """Final statuses as the advantages see them; untrainable members are "dropped"."""
-    return [str(r.status) if r.trainable else "dropped" for r in rollouts]
+def training_masks(rollouts: Sequence[Rollout]) -> tuple[list[bool], list[bool]]:
+    """(completed, valid) per rollout, as `rl.advantages.shape_rewards` takes them.
+
+    completed_g = [treatment(status_g) is SCORED]
+    valid_g     = [treatment(status_g) is not MASKED and rollout g is trainable]
+    """
+    treatments = [episode.training_treatment(r.status) for r in rollouts]
+    completed = [t is episode.Treatment.SCORED for t in treatments]
+    valid = [r.trainable and t is not episode.Treatment.MASKED
+             for r, t in zip(rollouts, treatments, strict=True)]
+    return completed, valid
 
 
 def has_reward_variance(group: Sequence[Rollout], adv_config: ml_collections.ConfigDict
                         ) -> bool:
     """Whether the group's valid members have at least two distinct shaped rewards (the
     incomplete-episode penalty applied): only then is its GRPO advantage nonzero."""
-    rewards, weights = adv_lib.shape_rewards([r.reward for r in group], _statuses(group),
-                                             adv_config.incomplete_penalty)
+    rewards, weights = adv_lib.shape_rewards([r.reward for r in group], *training_masks(group),
+                                             incomplete_penalty=adv_config.incomplete_penalty)
     keep = adv_lib.zero_variance_group_mask(rewards, np.zeros(len(group), np.int64), weights)
     return bool(keep.any())
 
@@ -94,7 +103,8 @@ def rollout_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
         subset = [r for r in rollouts if name is None or r.task == name]
         prefix = "" if name is None else f"{name}/"
         out[prefix + "reward_mean"] = float(np.mean([r.reward for r in subset]))
-        out[prefix + "success"] = float(np.mean([is_success(r) for r in subset]))
+        out[prefix + "success"] = float(
+            np.mean([episode.is_success(r.status, r.reward) for r in subset]))
         out[prefix + "turns_mean"] = float(np.mean([r.num_turns for r in subset]))
         for status in sorted({str(r.status) for r in subset}):
             out[prefix + "status/" + status.replace(" ", "_")] = float(

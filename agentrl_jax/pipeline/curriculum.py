@@ -9,7 +9,7 @@ wraps the task stream (`data.TaskStream`) and changes only which index of a task
     replaced by one of them, chosen uniformly; otherwise the stream's (fresh) index is kept,
     so unseen indices keep being explored;
   * an index's running pass rate is over its last `window` observed groups:
-    rate = Σ passes / Σ episodes (a pass is `agentbench.is_success`).
+    rate = Σ passes / Σ episodes (a pass is `episode.is_success`).
 
 Randomness comes from `numpy.random.default_rng([seed, draw number])`, so the state is the
 wrapped stream's state, the draw count and the observations; `get_state` returns it as JSON
@@ -26,8 +26,8 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from agentrl_jax.controller.wire import SampleIndex
 from agentrl_jax.data import TaskStream
+from agentrl_jax.episode import SampleIndex
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -39,9 +39,9 @@ from typing import Any
 
 import ml_collections
 
+from agentrl_jax import episode
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.data import TaskStream
-from agentrl_jax.evaluation.agentbench import is_success
 from agentrl_jax.pipeline import curriculum
 from agentrl_jax.pipeline.admission import StalenessGate
 from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, rollout_metrics
@@ -175,7 +175,8 @@ class RLPipeline:
         for group in taken:
             draws.drawn.append(group)
             counted = [r for r in group if r.trainable]
-            self.stream.observe(group[0].task, group[0].index, [is_success(r) for r in counted])
+            passes = [episode.is_success(r.status, r.reward) for r in counted]
+            self.stream.observe(group[0].task, group[0].index, passes)
             if not self.config.dynamic_sampling or has_reward_variance(group, self.adv_config):
                 draws.kept.append(group)
 

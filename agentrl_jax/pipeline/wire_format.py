@@ -13,7 +13,7 @@ import numpy as np
 from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.rollout.record import Rollout
 
 _ARRAYS = {"tokens": np.int32, "loss_mask": np.int32, "logprobs": np.float32,

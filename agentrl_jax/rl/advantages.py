@@ -2,9 +2,10 @@
 
 The pipeline, in order (AgentRL `agentrl_trainer.py`, reference notes section 4):
 
-1. `shape_rewards`: any final status other than `completed` overrides the reward with a penalty
-   (-0.2); episodes that failed for reasons outside the agent's control (`task error`,
-   `cancelled`, a dropped group member) get weight 0, i.e. are masked out, not scored.
+1. `shape_rewards`: an episode that did not complete has its reward overridden by a penalty
+   (-0.2); an invalid one (it failed for reasons outside the agent's control, or left nothing
+   to train on) gets weight 0, i.e. is masked out, not scored. Which statuses are which is
+   `agentrl_jax.episode.training_treatment`'s; this module sees only the two masks.
 2. `grpo_advantages`: A_g = (R_g - mean_group R) / (std_group R + eps) over the valid members of
    each group (the G rollouts of one (task, index)), std unbiased as in torch.
 3. optional `zero_variance_group_mask`: drop groups whose valid rewards are all equal (they carry
@@ -21,10 +22,6 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
-COMPLETED = "completed"
-# Ends that say nothing about the policy: the episode is masked out, not scored.
-MASKED_STATUSES = frozenset({"task error", "cancelled", "dropped"})
-
 
 def default_config() -> ml_collections.ConfigDict:
     """Advantage settings; the defaults are AgentRL's released configs."""
@@ -40,26 +37,34 @@ def default_config() -> ml_collections.ConfigDict:
 
 def shape_rewards(
     rewards: Sequence[float] | np.ndarray,
-    statuses: Sequence[str | None],
+    completed: Sequence[bool] | np.ndarray,
+    valid: Sequence[bool] | np.ndarray,
     incomplete_penalty: float = -0.2,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Applies the incomplete-episode penalty and masks failed episodes.
+    """Applies the incomplete-episode penalty and masks invalid episodes.
 
-    R'_g = R_g                   if status_g == "completed"
-         = incomplete_penalty    otherwise (context limit, invalid action, turn limit, running...)
-    w_g  = 0 if status_g in {"task error", "cancelled", "dropped", None} else 1
+    R'_g = 0                     if not valid_g
+         = R_g                   if completed_g
+         = incomplete_penalty    otherwise (context limit, invalid action, turn limit, ...)
+    w_g  = 1[valid_g]
 
     A masked episode keeps R' = 0 so it cannot leak into any statistic by accident; every
     downstream function also ignores it through w.
 
+    Args:
+      rewards: [N] the environment's rewards.
+      completed: [N] whether the reward is kept (`episode.Treatment.SCORED`).
+      valid: [N] whether the episode enters the batch at all (not `episode.Treatment.MASKED`,
+        and something was sampled).
     Returns:
       (rewards [N] float64, weights [N] float64 in {0, 1}).
     """
     rewards = np.asarray(rewards, dtype=np.float64)
-    if rewards.shape != (len(statuses),):
-        raise ValueError(f"rewards {rewards.shape} vs {len(statuses)} statuses")
-    masked = np.array([s is None or s in MASKED_STATUSES for s in statuses], dtype=bool)
-    completed = np.array([s == COMPLETED for s in statuses], dtype=bool)
+    completed = np.asarray(completed, dtype=bool)
+    masked = ~np.asarray(valid, dtype=bool)
+    if not rewards.shape == completed.shape == masked.shape == (len(rewards),):
+        raise ValueError(f"rewards {rewards.shape}, completed {completed.shape} and valid "
+                         f"{masked.shape} must be one [N] each")
     shaped = np.where(completed, rewards, incomplete_penalty)
     shaped = np.where(masked, 0.0, shaped)
     return shaped, (~masked).astype(np.float64)
@@ -172,7 +177,8 @@ def task_normalize(
 
 def compute_advantages(
     rewards: Sequence[float] | np.ndarray,
-    statuses: Sequence[str | None],
+    completed: Sequence[bool] | np.ndarray,
+    valid: Sequence[bool] | np.ndarray,
     group_ids: np.ndarray,
     task_ids: np.ndarray,
     num_loss_tokens: np.ndarray,
@@ -180,12 +186,14 @@ def compute_advantages(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The whole pipeline above for one training batch of N trajectories.
 
+    `completed` and `valid` are `shape_rewards`'s masks.
+
     Returns:
       (advantages [N], weights [N]); broadcast advantages over each trajectory's loss tokens and
       multiply its loss mask by its weight.
     """
     cfg = config or default_config()
-    shaped, weights = shape_rewards(rewards, statuses, cfg.incomplete_penalty)
+    shaped, weights = shape_rewards(rewards, completed, valid, cfg.incomplete_penalty)
     adv = grpo_advantages(shaped, group_ids, weights, cfg.eps)
     if cfg.filter_zero_variance:
         weights = weights * zero_variance_group_mask(shaped, group_ids, weights)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from agentrl_jax.chat.conversation import Conversation
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from agentrl_jax.rollout.cross_policy import PolicyMix
 from agentrl_jax.rollout.record import Rollout
 from agentrl_jax.sampling.types import GenerateRequest, GenerationResult, SamplingParams

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 
 
 @dataclasses.dataclass

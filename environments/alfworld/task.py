@@ -16,7 +16,7 @@ import asyncio
 import pathlib
 from typing import Any
 
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.alfworld import games
 from environments.alfworld.engine import AlfworldGame, Observation
 from environments.worker.task import EpisodeResult, Session, Task

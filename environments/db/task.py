@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.db.backends import STATEMENT_TIMEOUT_S, Database, open_database
 from environments.db.data import DEFAULT_DATA_DIR, load_split
 from environments.db.grading import answers_match, is_modification, md5_from_result

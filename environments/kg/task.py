@@ -27,7 +27,7 @@ import logging
 import re
 from typing import Any
 
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.kg import dataset, prompts
 from environments.kg.query_processes import (
     DEFAULT_DEADLINE_S,

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.os_interaction.data import DEFAULT_DATA_DIR, Problem, load_split
 from environments.os_interaction.machine import (
     COMMAND_TIMEOUT_S,

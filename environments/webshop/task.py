@@ -27,7 +27,7 @@ import json
 import pathlib
 from typing import Any
 
-from agentrl_jax.controller.wire import SampleIndex, SampleStatus
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.webshop import data
 from environments.webshop.site import Browser, Shop
 from environments.worker.agent_input import argument_error

@@ -14,7 +14,8 @@ import logging
 import time
 from typing import Any
 
-from agentrl_jax.controller.wire import Message, SampleIndex, SampleStatus, WorkerEnvOutput
+from agentrl_jax.controller.wire import Message, WorkerEnvOutput
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.worker.agent_input import InvalidAgentTurn, check_turn
 from environments.worker.task import EpisodeResult, Session, Task
 

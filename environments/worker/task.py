@@ -21,7 +21,8 @@ import dataclasses
 import json
 from typing import Any
 
-from agentrl_jax.controller.wire import Message, SampleIndex, SampleStatus
+from agentrl_jax.controller.wire import Message
+from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.worker.agent_input import argument_error
 
 

@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from environments.echo import EchoTask
 from environments.registry import load_task, task_names
 from environments.worker.episodes import EpisodeTable, SessionBusy, SessionUnknown, WorkerFull

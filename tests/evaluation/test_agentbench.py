@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.evaluation import agentbench
 from agentrl_jax.rollout.record import Rollout
 

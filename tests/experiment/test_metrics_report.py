@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.evaluation import agentbench
 from agentrl_jax.experiment import report
 from agentrl_jax.experiment.metrics import MetricsLog

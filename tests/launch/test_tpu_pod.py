@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.experiment.policy import Policy, save_policy
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder

@@ -7,11 +7,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from agentrl_jax.controller.wire import SampleStatus
 from agentrl_jax.data import TaskStream
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.pipeline import curriculum, runner
 from agentrl_jax.pipeline.admission import StalenessGate
-from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch
+from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, training_masks
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.rl import advantages
 from agentrl_jax.rollout.record import Rollout
@@ -166,6 +166,28 @@ def test_incomplete_episodes_get_the_penalty():
     by_first_token = {int(mb.tokens[r, 0]): mb.advantages[r, mb.loss_mask[r] > 0][0]
                       for r in range(mb.tokens.shape[0]) if mb.loss_mask[r].any()}
     assert by_first_token[0] > 0 > by_first_token[10]
+
+
+def test_unknown_end_is_masked_not_penalised():
+    # `unknown` is not the agent's doing (episode.py): it must not take the -0.2 penalty.
+    group = [rollout(0, 0, 1.0), rollout(0, 1, 0.0),
+             rollout(0, 2, 0.0, status=SampleStatus.UNKNOWN)]
+    batch = prepare_batch([group], _config(task_adv_norm=False), (8, 16), 16)
+    assert batch.num_rollouts == 2
+    adv = np.unique(batch.micro_batches[0].advantages[batch.micro_batches[0].loss_mask > 0])
+    np.testing.assert_allclose(sorted(adv), [-0.5 / np.sqrt(0.5), 0.5 / np.sqrt(0.5)], rtol=1e-5)
+
+
+def test_training_masks_drop_untrainable_members_whatever_their_status():
+    nothing_sampled = rollout(0, 1, 1.0, sampled=0)
+    completed, valid = training_masks([
+        rollout(0, 0, 1.0),
+        nothing_sampled,
+        rollout(0, 2, 1.0, status=SampleStatus.AGENT_INVALID_ACTION),
+        rollout(0, 3, 1.0, status=SampleStatus.CANCELLED),
+    ])
+    assert completed == [True, True, False, False]
+    assert valid == [True, False, True, False]
 
 
 def test_tokens_after_the_last_sampled_one_are_not_packed():

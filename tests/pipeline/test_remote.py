@@ -10,8 +10,8 @@ import httpx
 import numpy as np
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.wire import SampleStatus
 from agentrl_jax.data import TaskStream
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.pipeline import runner
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.pipeline.rollout_hub import RolloutHub

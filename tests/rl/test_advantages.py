@@ -13,24 +13,23 @@ SQRT3 = np.sqrt(1.0 / 3.0)  # unbiased std of {1, 0, 0, 1} and of {1, 0, 0}
 
 def test_shape_rewards_penalty_and_masking():
     rewards = [1.0, 0.7, 0.0, 0.5, 0.3, 0.9]
-    statuses = [
-        "completed",
-        "task limit reached",
-        "agent context limit",
-        "cancelled",
-        "task error",
-        None,  # a dropped group member
-    ]
-    shaped, w = adv_lib.shape_rewards(rewards, statuses, incomplete_penalty=-0.2)
+    # completed, turn limit, context limit, cancelled, task error, a completed but dropped member
+    completed = [True, False, False, False, False, True]
+    valid = [True, True, True, False, False, False]
+    shaped, w = adv_lib.shape_rewards(rewards, completed, valid, incomplete_penalty=-0.2)
     np.testing.assert_allclose(shaped, [1.0, -0.2, -0.2, 0.0, 0.0, 0.0])
     np.testing.assert_array_equal(w, [1, 1, 1, 0, 0, 0])
 
 
-def test_shape_rewards_running_is_incomplete():
-    # Truncation at max length leaves status "running": that is an incomplete episode.
-    shaped, w = adv_lib.shape_rewards([1.0], ["running"], incomplete_penalty=-0.5)
+def test_shape_rewards_penalty_is_configurable():
+    shaped, w = adv_lib.shape_rewards([1.0], [False], [True], incomplete_penalty=-0.5)
     np.testing.assert_allclose(shaped, [-0.5])
     np.testing.assert_array_equal(w, [1])
+
+
+def test_shape_rewards_rejects_masks_of_another_length():
+    with pytest.raises(ValueError, match="one \\[N\\]"):
+        adv_lib.shape_rewards([1.0, 0.0], [True], [True, True])
 
 
 def test_grpo_hand_computed():
@@ -119,12 +118,13 @@ def test_compute_advantages_pipeline(filter_zero_variance):
     cfg = adv_lib.default_config()
     cfg.filter_zero_variance = filter_zero_variance
     rewards = [1.0, 0.0, 1.0, 0.3, 0.0, 0.0]
-    statuses = ["completed", "completed", "task limit reached", "task error", "completed",
-                "completed"]
+    # completed, completed, turn limit, task error, completed, completed
+    completed = [True, True, False, False, True, True]
+    valid = [True, True, True, False, True, True]
     groups = np.array([0, 0, 0, 0, 1, 1])
     tasks = np.array(["os", "os", "os", "os", "db", "db"])
     ntok = np.array([2, 2, 2, 2, 3, 3])
-    adv, w = adv_lib.compute_advantages(rewards, statuses, groups, tasks, ntok, cfg)
+    adv, w = adv_lib.compute_advantages(rewards, completed, valid, groups, tasks, ntok, cfg)
     # group 0 shaped {1, 0, -0.2} (4th masked): mean 0.8/3, hand-computed std below
     r = np.array([1.0, 0.0, -0.2])
     grpo = (r - r.mean()) / (r.std(ddof=1) + EPS)
@@ -142,7 +142,7 @@ def test_compute_advantages_without_task_norm_is_grpo():
     cfg = ml_collections.ConfigDict(adv_lib.default_config().to_dict())
     cfg.task_adv_norm = False
     adv, _ = adv_lib.compute_advantages(
-        [1.0, 0.0], ["completed", "completed"], np.array([0, 0]), np.array([0, 0]),
+        [1.0, 0.0], [True, True], [True, True], np.array([0, 0]), np.array([0, 0]),
         np.array([1, 1]), cfg,
     )
     s = 0.5 / (np.sqrt(0.5) + EPS)

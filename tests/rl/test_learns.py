@@ -51,7 +51,8 @@ def test_grpo_ppo_learns_successor_digit():
         rewards = (actions == (digits + 1) % 10).astype(float)
         rewards_per_step.append(rewards.mean())
         adv, weights = adv_lib.compute_advantages(
-            rewards, ["completed"] * len(rewards), np.repeat(np.arange(PROMPTS), GROUP),
+            rewards, np.ones(len(rewards), bool), np.ones(len(rewards), bool),
+            np.repeat(np.arange(PROMPTS), GROUP),
             np.zeros(len(rewards), int), np.ones(len(rewards)),
         )
         trajs = [

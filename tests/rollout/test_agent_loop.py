@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, run_episode
 from agentrl_jax.rollout.cross_policy import PolicyMix
 from agentrl_jax.sampling.types import FinishReason, GenerationResult, SamplingParams

@@ -12,7 +12,7 @@ import json
 import httpx
 import pytest
 
-from agentrl_jax.rl.advantages import MASKED_STATUSES
+from agentrl_jax import episode
 from environments.worker.agent_input import MAX_ARGUMENT_CHARS, MAX_NESTING
 from tests.security.red_team import call, interact, interact_raw, start, tool_reply
 
@@ -55,7 +55,7 @@ def test_unusable_turn_is_agent_validation_failure(echo_worker, attack):
     out = response.json()["env_out"]
     assert out["finish"] and out["status"] == VALIDATION_FAILED, out
     assert out["reward"] == 0.0 and out["metric"]["error"]
-    assert VALIDATION_FAILED not in MASKED_STATUSES   # the trainer penalises it
+    assert episode.training_treatment(VALIDATION_FAILED) is episode.Treatment.PENALISED
     # The session is gone: another turn on it is refused, not served.
     assert interact_raw(echo_worker, _body(session_id, '{"role": "assistant"}')).status_code \
         == 400

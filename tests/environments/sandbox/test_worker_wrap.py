@@ -25,7 +25,7 @@ import pytest
 from sandbox_helpers import bwrap_problem
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.wire import SampleStatus
+from agentrl_jax.episode import SampleStatus
 from environments.oracle import load_oracle, play_one, tool_call_message
 from environments.registry import load_task
 from environments.sandbox import SandboxError, WorkerSandbox, worker_wrap, wrap_worker_command
