@@ -1,6 +1,6 @@
 """Benchmark: the controller with issue #20's fault handling against the one before, same run.
 
-    python -m benchmarks.controller_faults   # ~3 minutes; writes benchmarks/results/controller_faults.json
+    python -m benchmarks.controller_faults   # ~3 min; results/controller_faults.json
 
 The baseline is the `agentrl_jax` package at BASELINE_COMMIT (`git archive` into a temporary
 directory, run from there); ours is this tree. Both drive the same echo workers (this tree),

@@ -1,6 +1,6 @@
 """Benchmark: what the OS machines' bounds cost and what they hold back (issue #16, item 3).
 
-    sudo .venv/bin/python -m benchmarks.os_sandbox   # ~1 min; writes benchmarks/results/os_sandbox.json
+    sudo .venv/bin/python -m benchmarks.os_sandbox   # ~1 min; results/os_sandbox.json
 
 Runs as host root with the default image (scripts/setup.sh). In the same run, baseline and ours:
   * CPU: a machine runs 4 busy loops for `SPIN_S` seconds; the CPU-seconds they got, without a
