@@ -71,8 +71,12 @@ class CheckpointManager:
         save_interval_steps: int = 1,
         async_save: bool = True,
         base_fingerprint: str | None = None,
+        adapter_config: dict[str, Any] | None = None,
     ):
+        """`adapter_config`: JSON description of the adapters (`Trainer.adapter_config()`),
+        stored beside `base_fingerprint` so that an export can rebuild them."""
         self.base_fingerprint = base_fingerprint
+        self.adapter_config = adapter_config
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             save_interval_steps=save_interval_steps,
@@ -106,7 +110,8 @@ class CheckpointManager:
         if bookkeeping is not None:
             items["bookkeeping"] = ocp.args.JsonSave(bookkeeping)
         if self.base_fingerprint is not None:
-            items["base"] = ocp.args.JsonSave({"fingerprint": self.base_fingerprint})
+            items["base"] = ocp.args.JsonSave({"fingerprint": self.base_fingerprint,
+                                               "adapter": self.adapter_config})
         return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
 
     def restore(
@@ -147,13 +152,18 @@ class CheckpointManager:
         args = _pytree_restore({"params": target}, partial=True)
         return self._manager.restore(step, args=ocp.args.Composite(state=args))["state"]["params"]
 
-    def saved_base_fingerprint(self, step: int | None = None) -> str | None:
-        """The base fingerprint stored with checkpoint `step` (default latest), or None."""
+    def saved_base(self, step: int | None = None) -> dict[str, Any] | None:
+        """{"fingerprint", "adapter"} stored with checkpoint `step` (default latest), or None."""
         step = self.latest_step() if step is None else step
         if step is None or "base" not in set(self._manager.item_metadata(step).keys()):
             return None
         restored = self._manager.restore(step, args=ocp.args.Composite(base=ocp.args.JsonRestore()))
-        return restored["base"]["fingerprint"]
+        return restored["base"]
+
+    def saved_base_fingerprint(self, step: int | None = None) -> str | None:
+        """The base fingerprint stored with checkpoint `step` (default latest), or None."""
+        saved = self.saved_base(step)
+        return None if saved is None else saved["fingerprint"]
 
     def _check_base(self, step: int, saved: set[str]) -> None:
         stored = self.saved_base_fingerprint(step) if "base" in saved else None

@@ -221,6 +221,13 @@ class Trainer:
             self._base_fingerprint = tree_digest(self.frozen_params)
         return self._base_fingerprint
 
+    def adapter_config(self) -> dict[str, Any] | None:
+        """JSON description of the adapters (None without LoRA), stored with checkpoints."""
+        if self.lora is None:
+            return None
+        return {"rank": self.lora.rank, "alpha": self.lora.alpha,
+                "targets": list(self.lora.targets), "base_dtype": self.config.lora.base_dtype}
+
     def model_view(self, params: Params | None = None) -> Decoder:
         """The Decoder of `params` (default: the initial ones) over the frozen base."""
         params = self._model_params if params is None else params
