@@ -132,6 +132,10 @@ def test_ablations_change_exactly_what_they_ablate():
         "rl.pipeline.stale_policy_ratio": (0.25, 0.0)}
     assert _difference(full, load("ablations.py:no_task_adv_norm")) == {
         "rl.advantages.task_adv_norm": (True, False)}
+    assert _difference(full, load("ablations.py:lora")) == {
+        "rl.trainer.lora.enabled": (False, True),
+        "rl.trainer.lora.base_dtype": (None, "bfloat16"),
+        "rl.trainer.optimizer.learning_rate": (1e-6, 1e-5)}
     for task in base.TASKS:
         specialist = load(f"ablations.py:single_task_{task}")
         assert _difference(full, specialist) == {"env.tasks": (base.TASKS, (task,))}
@@ -151,3 +155,15 @@ def test_ablation_of_another_model():
 def test_unknown_ablations_are_refused(arg):
     with pytest.raises(ValueError, match="unknown"):
         ablations.get_config(arg)
+
+
+def test_local_smollm2_lora_variant_trains_adapters_in_both_stages():
+    from agentrl_jax.rl import train_step
+    from configs import local_smollm2
+
+    main, lora = local_smollm2.get_config(), local_smollm2.get_config("lora")
+    assert train_step.lora_of(main.rl.trainer) is None
+    for trainer in (lora.sft, lora.rl.trainer):
+        assert train_step.lora_of(trainer) == train_step.LoraConfig(rank=16, alpha=32.0)
+    assert lora.rl.trainer.optimizer.learning_rate == 10 * main.rl.trainer.optimizer.learning_rate
+    assert lora.run_dir != main.run_dir
