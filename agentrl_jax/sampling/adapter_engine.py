@@ -63,6 +63,7 @@ class AdapterSamplingEngine(AsyncSamplingEngine):
             "layers": {name: shardings["layers"][name] for name in self._names}}
         self._split = jax.jit(split_layers, out_shardings=split_shardings(
             self._adapter_shardings, model.cfg.num_layers))
+        self._checksums: dict[str, str] = {}  # policy -> digest of the adapter it serves
         full = engine.prepare_weights(model)
         self._base: SamplerWeights = {**full, "layers": tuple(
             {k: v for k, v in layer.items() if k not in self._names} for layer in full["layers"])}
@@ -87,6 +88,7 @@ class AdapterSamplingEngine(AsyncSamplingEngine):
         if isinstance(params, Decoder):
             params = adapter_tree(params)
         weights = self._served_weights(self._place(params))
+        self._checksums.pop(policy, None)
         await self.install(policy, version, weights)
 
     async def install(self, policy: str, version: int, weights: SamplerWeights) -> None:
@@ -105,7 +107,13 @@ class AdapterSamplingEngine(AsyncSamplingEngine):
         if digest != checksum:
             return (await self.policies()).get(policy), digest
         await self.install(policy, version, self._served_weights(placed))
-        return (await self.policies()).get(policy), digest
+        self._checksums[policy] = digest
+        return await self.served(policy)
+
+    async def served(self, policy: str) -> tuple[int | None, str | None]:
+        """(version, adapter checksum) that `policy` serves now (checksum None if installed
+        without verification, through `update_params`)."""
+        return (await self.policies()).get(policy), self._checksums.get(policy)
 
     def base_bytes(self) -> int:
         """Device bytes of the one base copy every policy reads."""
