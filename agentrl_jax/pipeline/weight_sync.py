@@ -104,6 +104,11 @@ async def sync_weights(
     multi-host leader gathers them to its host, `pipeline.multihost`); default a device copy.
     An engine with a `receive` method (`AdapterSamplingEngine`) gets verified delivery.
     """
+    if trainer.lora is not None and hub is not None:
+        # A worker builds its engine from the first full weights it downloads; serving
+        # adapter-only updates there (base shipped once) is not implemented yet.
+        raise NotImplementedError("out-of-process sampling workers do not serve LoRA adapters "
+                                  "yet; run LoRA with in-process samplers")
     weights = snapshot(trainer, state) if weights is None else weights
     updated = ["current"]
     if stale_every and version % stale_every == 0:
