@@ -142,3 +142,18 @@ def test_lora_off_by_default_and_configurable_targets(model, mesh):
     trainer = ts.Trainer(model, config(targets=("q_proj", "v_proj")), mesh)
     assert set(trainer.init_state().params["layers"]) == {
         "q_proj_lora_a", "q_proj_lora_b", "v_proj_lora_a", "v_proj_lora_b"}
+
+
+def test_training_starts_from_a_peft_adapter(model, mesh, tmp_path):
+    from agentrl_jax.models import peft_io
+
+    adapted = lora.with_adapters(model, lora.LoraConfig(rank=2, alpha=4.0, targets=("v_proj",)))
+    graphdef, adapters, base = lora.split(adapted)
+    adapters = jax.tree.map(lambda x: x + 0.5, adapters)  # nonzero B: not a fresh adapter
+    peft_io.save_adapter(nnx.merge(graphdef, lora.combine(base, adapters)), tmp_path)
+    c = config()
+    c.lora.peft_adapter = str(tmp_path)  # rank, alpha and targets come from the adapter
+    trainer = ts.Trainer(model, c, mesh)
+    assert trainer.lora == lora.LoraConfig(rank=2, alpha=4.0, targets=("v_proj",))
+    jax.tree.map(np.testing.assert_allclose, jax.device_get(trainer.init_state().params),
+                 adapters)
