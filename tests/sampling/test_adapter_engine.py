@@ -9,10 +9,15 @@ from flax import nnx
 
 from agentrl_jax.models import lora
 from agentrl_jax.models.config import LoraConfig
-from agentrl_jax.sampling import AsyncSamplingEngine, GenerateRequest, SamplingParams
+from agentrl_jax.sampling import (
+    AsyncSamplingEngine,
+    GenerateRequest,
+    SamplingEngine,
+    SamplingParams,
+)
 from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine, adapter_tree
 from agentrl_jax.tree_digest import tree_digest
-from tests.sampling.conftest import make_engine, random_prompt, tiny_model
+from tests.sampling.conftest import TINY_ENGINE, make_engine, random_prompt, tiny_model
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
 
@@ -107,3 +112,25 @@ def test_corrupted_adapter_is_refused_and_the_old_version_served():
 
     before, after = asyncio.run(main())
     assert before[0].tokens == after[0].tokens and after[0].versions == [1] * 6
+
+
+def test_adapters_on_an_8_device_sampler_mesh_equal_unsharded():
+    from jax.sharding import Mesh
+
+    model = lora.with_adapters(tiny_model("qwen2", num_heads=8, num_kv_heads=8, head_dim=8),
+                               LoraConfig(rank=4, alpha=8.0))
+    adapters = _trained_adapters(model, 4)
+    params = SamplingParams(temperature=0.8, max_new_tokens=7, seed=5)
+    prompts = [random_prompt(n, n) for n in (4, 11)]
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("fsdp", "tensor"))
+
+    async def run(mesh):
+        engine = SamplingEngine(model, TINY_ENGINE, mesh=mesh)
+        with AdapterSamplingEngine(engine, model, mesh=mesh) as engine:
+            assert (await engine.receive("current", 1, adapters, tree_digest(adapters)))[0] == 1
+            return [await engine.generate(GenerateRequest(p, params)) for p in prompts]
+
+    plain, sharded = asyncio.run(run(None)), asyncio.run(run(mesh))
+    for a, b in zip(plain, sharded, strict=True):
+        assert a.tokens == b.tokens
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
