@@ -111,7 +111,7 @@ EXTRAS_REQUIRE = {
         "traitlets==5.16.1",
     ],
     # PyTorch is only the numerical reference in tests and benchmarks.
-    "torch": ["torch==2.13.0", "accelerate==1.15.0"],
+    "torch": ["torch==2.13.0", "accelerate==1.15.0", "peft==0.21.2"],
     # BFCL v3 evaluation (agentrl_jax/evaluation/bfcl*.py): bfcl-eval==2025.6.8 itself is
     # installed --no-deps by scripts/setup.sh (it pins numpy 1.26 and a dozen API-client SDKs
     # that only its model handlers import); its data, AST checker and multi-turn simulated

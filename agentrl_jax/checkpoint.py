@@ -6,6 +6,11 @@ A checkpoint at step s holds three items:
   data         the state of a grain data iterator (restored into the live iterator in place);
   bookkeeping  JSON: whatever the pipeline needs (policy versions, buffer counters, metrics).
 
+A manager made with `base_fingerprint` (LoRA: the adapters in `state` are only meaningful over
+the frozen base they were trained on, `rl.train_step.Trainer.base_fingerprint`) also writes a
+fourth item, `base`, and every restore checks it: a checkpoint of another base, or of none, is
+refused with `BaseMismatchError` instead of loading adapters onto the wrong weights.
+
 Saves are asynchronous (the step loop continues while arrays are written); `max_to_keep` bounds
 disk use; `restore()` without a step takes the latest finished checkpoint.
 
@@ -23,6 +28,10 @@ from typing import Any
 import grain
 import jax
 import orbax.checkpoint as ocp
+
+
+class BaseMismatchError(ValueError):
+    """A checkpoint's adapters were trained over a different base model than this run's."""
 
 
 def abstract_like(tree: Any) -> Any:
@@ -61,7 +70,13 @@ class CheckpointManager:
         max_to_keep: int | None = 3,
         save_interval_steps: int = 1,
         async_save: bool = True,
+        base_fingerprint: str | None = None,
+        adapter_config: dict[str, Any] | None = None,
     ):
+        """`adapter_config`: JSON description of the adapters (`Trainer.adapter_config()`),
+        stored beside `base_fingerprint` so that an export can rebuild them."""
+        self.base_fingerprint = base_fingerprint
+        self.adapter_config = adapter_config
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             save_interval_steps=save_interval_steps,
@@ -75,6 +90,7 @@ class CheckpointManager:
                 "state": ocp.PyTreeCheckpointHandler(),
                 "data": grain.checkpoint.CheckpointHandler(),
                 "bookkeeping": ocp.JsonCheckpointHandler(),
+                "base": ocp.JsonCheckpointHandler(),
             },
         )
 
@@ -93,6 +109,9 @@ class CheckpointManager:
             items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
         if bookkeeping is not None:
             items["bookkeeping"] = ocp.args.JsonSave(bookkeeping)
+        if self.base_fingerprint is not None:
+            items["base"] = ocp.args.JsonSave({"fingerprint": self.base_fingerprint,
+                                               "adapter": self.adapter_config})
         return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
 
     def restore(
@@ -113,6 +132,7 @@ class CheckpointManager:
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self._manager.directory}")
         saved = set(self._manager.item_metadata(step).keys())
+        self._check_base(step, saved)
         items = {"state": _pytree_restore(target)}
         if data_iterator is not None:
             if "data" not in saved:
@@ -128,8 +148,39 @@ class CheckpointManager:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self._manager.directory}")
+        self._check_base(step, set(self._manager.item_metadata(step).keys()))
         args = _pytree_restore({"params": target}, partial=True)
         return self._manager.restore(step, args=ocp.args.Composite(state=args))["state"]["params"]
+
+    def saved_base(self, step: int | None = None) -> dict[str, Any] | None:
+        """{"fingerprint", "adapter"} stored with checkpoint `step` (default latest), or None."""
+        step = self.latest_step() if step is None else step
+        if step is None or "base" not in set(self._manager.item_metadata(step).keys()):
+            return None
+        restored = self._manager.restore(step, args=ocp.args.Composite(base=ocp.args.JsonRestore()))
+        return restored["base"]
+
+    def saved_base_fingerprint(self, step: int | None = None) -> str | None:
+        """The base fingerprint stored with checkpoint `step` (default latest), or None."""
+        saved = self.saved_base(step)
+        return None if saved is None else saved["fingerprint"]
+
+    def _check_base(self, step: int, saved: set[str]) -> None:
+        stored = self.saved_base_fingerprint(step) if "base" in saved else None
+        if stored == self.base_fingerprint:
+            return
+        where = f"checkpoint {step} in {self._manager.directory}"
+        if stored is None:
+            raise BaseMismatchError(
+                f"{where} holds no base fingerprint (not a LoRA run), but this run trains "
+                f"adapters over base {self.base_fingerprint[:12]}")
+        if self.base_fingerprint is None:
+            raise BaseMismatchError(
+                f"{where} holds LoRA adapters over base {stored[:12]}; restore it with that "
+                f"base's fingerprint (CheckpointManager(base_fingerprint=...))")
+        raise BaseMismatchError(
+            f"{where} was trained over base {stored[:12]}, not this run's base "
+            f"{self.base_fingerprint[:12]}: resuming would put its adapters on other weights")
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()

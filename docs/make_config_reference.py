@@ -36,6 +36,17 @@ OPTIMIZER = {
     "max_grad_norm": "global-norm gradient clipping; None or ≤ 0 disables it",
 }
 
+# LoRA fields, shared by `sft.lora` and `rl.trainer.lora` (docs/lora.md).
+LORA = {
+    "enabled": "train low-rank adapters over the frozen model instead of every weight",
+    "rank": "adapter rank r (A is [in, r], B is [r, out])",
+    "alpha": "adapter scale numerator: outputs are scaled by alpha / rank",
+    "targets": "projections that get adapters (q/k/v/o_proj, gate/up/down_proj)",
+    "seed": "initialisation of A (B starts at zero: a new adapter changes nothing)",
+    "base_dtype": 'e.g. "bfloat16": the frozen base held in this dtype (adapters stay fp32)',
+    "peft_adapter": "a PEFT adapter directory to start from instead of fresh adapters",
+}
+
 MEANINGS: dict[str, str] = {
     # top level
     "name": "the run's name (model file, or MODEL-ABLATION)",
@@ -179,6 +190,8 @@ MEANINGS: dict[str, str] = {
 }
 for _field, _meaning in OPTIMIZER.items():
     MEANINGS[f"sft.optimizer.{_field}"] = MEANINGS[f"rl.trainer.optimizer.{_field}"] = _meaning
+for _field, _meaning in LORA.items():
+    MEANINGS[f"sft.lora.{_field}"] = MEANINGS[f"rl.trainer.lora.{_field}"] = _meaning
 
 # Keys whose agentbench_fc value is set by each model file, not by base.py.
 PER_MODEL = {"name": "per model file", "model.parser": "per model file",

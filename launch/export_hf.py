@@ -7,6 +7,11 @@ The architecture comes from the base model's `config.json` (the model training s
 its tokenizer and generation files are copied alongside, so `transformers` loads the result
 with `AutoModelForCausalLM.from_pretrained(out)` and `AutoTokenizer.from_pretrained(out)`.
 Only `state.params` is read from the checkpoint, onto the host, never the optimizer state.
+
+A LoRA run's checkpoint (`trainer.lora`) holds adapters: `--lora` checks that `--base_model`
+is the base they were trained over (its fingerprint) and writes both the merged model (to
+`--out`) and the adapter alone in PEFT's format (to `--out/adapter`, which
+`peft.PeftModel.from_pretrained(base, out/adapter)` loads).
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from agentrl_jax.checkpoint import CheckpointManager
-from agentrl_jax.models.config import ModelConfig
+from agentrl_jax.checkpoint import BaseMismatchError, CheckpointManager
+from agentrl_jax.models import lora as lora_lib
+from agentrl_jax.models import peft_io
+from agentrl_jax.models.config import LoraConfig, ModelConfig
 from agentrl_jax.models.decoder import Decoder
-from agentrl_jax.models.hf_io import save_hf
+from agentrl_jax.models.hf_io import load_hf, save_hf
+from agentrl_jax.tree_digest import tree_digest
 
 # Files of an HF model directory that are not weights and that an exported model should keep.
 _SIDE_FILES = (
@@ -69,16 +77,60 @@ def export_checkpoint(
     return out
 
 
+def export_lora_checkpoint(
+    checkpoint_dir: str | pathlib.Path,
+    base_model: str | pathlib.Path,
+    out: str | pathlib.Path,
+    *,
+    step: int | None = None,
+    dtype: str | None = None,
+) -> tuple[pathlib.Path, pathlib.Path]:
+    """Exports a LoRA checkpoint as (merged HF checkpoint `out`, PEFT adapter `out/adapter`)."""
+    base_model, out = pathlib.Path(base_model), pathlib.Path(out)
+    with CheckpointManager(checkpoint_dir) as manager:
+        saved = manager.saved_base(step)
+    if saved is None or not saved.get("adapter"):
+        raise BaseMismatchError(f"{checkpoint_dir} holds no LoRA adapters (export it without "
+                                "--lora)")
+    spec = saved["adapter"]
+    lora = LoraConfig(rank=int(spec["rank"]), alpha=float(spec["alpha"]),
+                      targets=tuple(spec["targets"]))
+    base = load_hf(base_model)
+    frozen = nnx.to_pure_dict(nnx.state(base))
+    if spec.get("base_dtype"):  # the fingerprint is of the base as training held it
+        frozen = jax.tree.map(lambda x: x.astype(spec["base_dtype"]), frozen)
+    host = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    graphdef, adapters, base_params = lora_lib.split(lora_lib.with_adapters(base, lora))
+    target = {"layers": {name: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=host)
+                         for name, x in adapters["layers"].items()}}
+    with CheckpointManager(checkpoint_dir, base_fingerprint=tree_digest(frozen)) as manager:
+        params = manager.restore_params(target, step=step)
+    model = nnx.merge(graphdef, lora_lib.combine(base_params, jax.device_get(params)))
+    save_hf(model, out, dtype=_DTYPES[dtype] if dtype else None)  # merged
+    for name in _SIDE_FILES:
+        if (base_model / name).exists():
+            shutil.copy2(base_model / name, out / name)
+    adapter = peft_io.save_adapter(model, out / "adapter", base_model=str(base_model))
+    return out, adapter
+
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint_dir", None, "Orbax checkpoint directory of a training run.")
 flags.DEFINE_string("base_model", None, "HF directory of the model training started from.")
 flags.DEFINE_string("out", None, "Output directory.")
 flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
 flags.DEFINE_enum("dtype", None, list(_DTYPES), "Cast the exported tensors (default: as trained).")
+flags.DEFINE_bool("lora", False, "The checkpoint holds LoRA adapters: write the merged model "
+                  "and the PEFT adapter (out/adapter).")
 
 
 def main(argv: Sequence[str]) -> None:
     del argv
+    if FLAGS.lora:
+        out, adapter = export_lora_checkpoint(
+            FLAGS.checkpoint_dir, FLAGS.base_model, FLAGS.out, step=FLAGS.step, dtype=FLAGS.dtype)
+        print(f"exported merged model to {out}, PEFT adapter to {adapter}")
+        return
     out = export_checkpoint(
         FLAGS.checkpoint_dir, FLAGS.base_model, FLAGS.out, step=FLAGS.step, dtype=FLAGS.dtype
     )

@@ -151,7 +151,8 @@ def load_trainer_models(config: ml_collections.ConfigDict, policy_dir: pathlib.P
     """The policy on the trainer mesh (fp32 master weights) and the KL reference (bf16)."""
     model = load_hf(policy_dir, mesh=mesh)
     reference = None
-    if config.rl.trainer.loss.kl_coef:
+    # With LoRA the trainer's frozen base is the KL reference: no second copy.
+    if config.rl.trainer.loss.kl_coef and not config.rl.trainer.lora.enabled:
         reference = load_hf(policy_dir, mesh=mesh, dtype=jnp.bfloat16,
                             param_dtype=jnp.bfloat16)
     return model, reference

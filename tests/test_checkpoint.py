@@ -3,9 +3,10 @@
 import grain
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
-from agentrl_jax.checkpoint import CheckpointManager
+from agentrl_jax.checkpoint import BaseMismatchError, CheckpointManager
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel.mesh import make_mesh
@@ -86,3 +87,44 @@ def test_keep_n_and_restore_specific_step(tmp_path):
         restored, book = mgr.restore(tree, step=2)
     assert book is None
     np.testing.assert_array_equal(restored["w"], np.arange(4.0) + 2)
+
+
+def make_lora_trainer(seed=0, base_dtype=None):
+    c = ts.default_config()
+    c.optimizer.learning_rate = 1e-2
+    c.lora.update(enabled=True, rank=4, alpha=8.0, base_dtype=base_dtype)
+    model = Decoder(ModelConfig.tiny(), rngs=nnx.Rngs(seed))
+    return ts.Trainer(model, c, make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4]))
+
+
+def test_lora_resume_is_bitwise_and_checks_the_base(tmp_path):
+    trainer = make_lora_trainer()
+    it = data_iterator()
+    full = jax.device_get(run(trainer, trainer.init_state(seed=3), it, K + M))
+
+    it = data_iterator()
+    state = run(trainer, trainer.init_state(seed=3), it, K)
+    with CheckpointManager(tmp_path, base_fingerprint=trainer.base_fingerprint) as mgr:
+        mgr.save(K, state, data_iterator=it)
+        mgr.wait_until_finished()
+    # Only adapters and their optimizer state are in the checkpoint.
+    names = set(jax.device_get(state.params)["layers"])
+    assert names and all("_lora_" in n for n in names)
+
+    trainer2 = make_lora_trainer()
+    it2 = data_iterator()
+    with CheckpointManager(tmp_path, base_fingerprint=trainer2.base_fingerprint) as mgr:
+        assert mgr.saved_base_fingerprint() == trainer.base_fingerprint
+        state2, _ = mgr.restore(trainer2.init_state(seed=99), data_iterator=it2)
+    resumed = jax.device_get(run(trainer2, state2, it2, M))
+    jax.tree.map(np.testing.assert_array_equal, resumed, full)
+
+    # Another base (other weights, or the same in another dtype), or no fingerprint: refused.
+    for other in (make_lora_trainer(seed=1), make_lora_trainer(base_dtype="bfloat16")):
+        assert other.base_fingerprint != trainer.base_fingerprint
+        with CheckpointManager(tmp_path, base_fingerprint=other.base_fingerprint) as mgr:
+            with pytest.raises(BaseMismatchError, match="not this run's base"):
+                mgr.restore(other.init_state())
+    with CheckpointManager(tmp_path) as mgr:
+        with pytest.raises(BaseMismatchError, match="holds LoRA adapters"):
+            mgr.restore(trainer2.init_state())

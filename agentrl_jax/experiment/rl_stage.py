@@ -29,12 +29,14 @@ from agentrl_jax.checkpoint import CheckpointManager
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.policy import Policy
+from agentrl_jax.models import lora
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline import curriculum, multihost, runner
 from agentrl_jax.rl import advantages, train_step
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
 from agentrl_jax.rollout.cross_policy import PolicyMix
 from agentrl_jax.sampling import AsyncSamplingEngine, EngineConfig, SamplingEngine, SamplingParams
+from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,14 @@ def make_engine(config: ml_collections.ConfigDict, policy: Policy,
                 mesh: Mesh | None = None) -> AsyncSamplingEngine:
     engine_cfg = config.engine.to_dict()
     engine_cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in engine_cfg.items()}
-    return AsyncSamplingEngine(SamplingEngine(policy.model, EngineConfig(**engine_cfg), mesh=mesh))
+    trainer_cfg = config.get("trainer")
+    if trainer_cfg is None or train_step.lora_of(trainer_cfg) is None:
+        return AsyncSamplingEngine(SamplingEngine(policy.model, EngineConfig(**engine_cfg),
+                                                  mesh=mesh))
+    # LoRA: the engine serves adapters over one kept base; syncs carry adapters alone.
+    model = train_step.with_trainer_adapters(policy.model, trainer_cfg)
+    return AdapterSamplingEngine(SamplingEngine(model, EngineConfig(**engine_cfg), mesh=mesh),
+                                 model, mesh=mesh)
 
 
 @dataclasses.dataclass
@@ -121,7 +130,11 @@ async def run_rl(
     stream = curriculum.task_stream(task_indices, pcfg.curriculum, pcfg.seed)
     state = trainer.init_state(pcfg.seed)
     every = int(config.checkpoint.every)
-    with CheckpointManager(checkpoint_dir(run_dir), max_to_keep=config.checkpoint.keep) as ckpt:
+    # LoRA checkpoints name their base (single-host: the fingerprint reads the whole base).
+    base = dict(base_fingerprint=trainer.base_fingerprint,
+                adapter_config=trainer.adapter_config()) if leader is None else {}
+    with CheckpointManager(checkpoint_dir(run_dir), max_to_keep=config.checkpoint.keep,
+                           **base) as ckpt:
         save = ckpt.save if leader is None else functools.partial(leader.save, ckpt)
         start, book = ckpt.latest_step(), None
         if start is not None:
@@ -151,5 +164,5 @@ async def run_rl(
     # The trained weights back into the policy's model, for evaluation and export.
     from flax import nnx
 
-    nnx.update(policy.model, nnx.state(trainer.model(params)))
+    nnx.update(policy.model, nnx.state(lora.merged(trainer.model(params))))
     return RLResult(state, trainer, start)

@@ -12,6 +12,35 @@ from typing import Any
 
 import jax.numpy as jnp
 
+# The projections a low-rank adapter can be put on (the decoder's per-layer linear weights).
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+    """Low-rank adapters W + (alpha / rank) · A B on the projections named in `targets`.
+
+    A is [in, rank], B is [rank, out] and starts at zero, so a new adapter leaves the model
+    unchanged. Part of the model's shape: a `ModelConfig` with `lora` set has adapter
+    parameters (`models.lora`), one without has none.
+    """
+
+    rank: int = 16
+    alpha: float = 32.0
+    targets: tuple[str, ...] = PROJECTIONS
+
+    def __post_init__(self):
+        unknown = sorted(set(self.targets) - set(PROJECTIONS))
+        if unknown or not self.targets:
+            raise ValueError(f"LoRA targets {unknown or '()'} invalid; choose from {PROJECTIONS}")
+        if self.rank < 1:
+            raise ValueError(f"LoRA rank must be >= 1, not {self.rank}")
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
 # The HF architectures we implement, and the field that tells them apart.
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -32,6 +61,7 @@ class ModelConfig:
       interleaved_rotary: rotate pairs (2i, 2i+1) (GLM-4) instead of halves (Llama, Qwen2).
       rope_scaling: None or a dict in HF's `rope_parameters` form (only "llama3" is supported).
       dtype: compute dtype of activations and matmuls; parameters stay in `param_dtype`.
+      lora: low-rank adapters on some projections (None: a plain model).
     """
 
     vocab_size: int
@@ -56,6 +86,7 @@ class ModelConfig:
     pad_token_id: int | None = None
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    lora: LoraConfig | None = None
 
     def __post_init__(self):
         if self.family not in ARCHITECTURES:

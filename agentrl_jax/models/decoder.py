@@ -51,6 +51,16 @@ class KVCache:
 ATTENTION_BLOCK = 128
 
 
+class LoraParam(nnx.Param):
+    """An adapter parameter (`ModelConfig.lora`): its own type, so that filters can tell the
+    trainable adapters from the frozen base (`nnx.split(model, LoraParam, ...)`)."""
+
+
+def lora_names(target: str) -> tuple[str, str]:
+    """The per-layer parameter names of the adapter (A, B) on projection `target`."""
+    return f"{target}_lora_a", f"{target}_lora_b"
+
+
 # name -> (shape builder, logical axes, initialiser); the leading "layers" axis is added below.
 def _layer_param_specs(cfg: ModelConfig) -> dict:
     d, i = cfg.hidden_size, cfg.intermediate_size
@@ -76,22 +86,52 @@ def _layer_param_specs(cfg: ModelConfig) -> dict:
     return specs
 
 
+def _adapter_specs(cfg: ModelConfig) -> dict:
+    """Adapter parameters of `cfg.lora`: A [in, r] (PEFT's uniform init), B [r, out] zeros.
+
+    A shards like its projection's input dimension, B like its output; the rank stays whole.
+    """
+    if cfg.lora is None:
+        return {}
+    base, rank = _layer_param_specs(cfg), cfg.lora.rank
+    specs = {}
+    for target in cfg.lora.targets:
+        (d_in, d_out), (ax_in, ax_out), _ = base[target]
+        a, b = lora_names(target)
+        specs[a] = ((d_in, rank), (ax_in, "lora_rank"), "lora_a")
+        specs[b] = ((rank, d_out), ("lora_rank", ax_out), "zeros")
+    return specs
+
+
 def _init(kind: str, key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
     if kind == "ones":
         return jnp.ones(shape, dtype)
     if kind == "zeros":
         return jnp.zeros(shape, dtype)
+    if kind == "lora_a":  # kaiming_uniform(a=√5) of torch / PEFT: U(±1/√fan_in)
+        bound = 1.0 / shape[-2] ** 0.5
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
     return 0.02 * jax.random.normal(key, shape, dtype)
+
+
+def init_adapters(cfg: ModelConfig, key: jax.Array) -> dict[str, jax.Array]:
+    """Fresh stacked adapter parameters of `cfg.lora` ({name: [layers, ...]}; B = 0)."""
+    specs = _adapter_specs(cfg)
+    keys = jax.random.split(key, max(len(specs), 1))
+    return {name: _init(kind, k, (cfg.num_layers, *shape), cfg.param_dtype)
+            for k, (name, (shape, _, kind)) in zip(keys, specs.items(), strict=False)}
 
 
 class DecoderLayers(nnx.Module):
     """All transformer blocks, each parameter stacked as [num_layers, ...]."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.names = tuple(_layer_param_specs(cfg))
-        for name, (shape, axes, kind) in _layer_param_specs(cfg).items():
+        base, adapters = _layer_param_specs(cfg), _adapter_specs(cfg)
+        self.names = (*base, *adapters)
+        for name, (shape, axes, kind) in {**base, **adapters}.items():
             value = _init(kind, rngs.params(), (cfg.num_layers, *shape), cfg.param_dtype)
-            setattr(self, name, nnx.Param(value, logical_axes=("layers", *axes)))
+            kind_of = LoraParam if name in adapters else nnx.Param
+            setattr(self, name, kind_of(value, logical_axes=("layers", *axes)))
 
     def stacked(self) -> dict[str, jax.Array]:
         return {name: getattr(self, name)[...] for name in self.names}
@@ -102,26 +142,34 @@ def block(cfg: ModelConfig, p: dict, x: jax.Array, rope: tuple[jax.Array, jax.Ar
     """One pre-norm block; `attend(q, k, v)` supplies the attention over whatever keys apply.
 
     `rope`: the rotary tables `layers.rope_tables(positions, cfg)`, computed once for a stack of
-    blocks.
+    blocks. With `cfg.lora`, the targeted projections add their adapters unmerged
+    (`layers.lora_linear`); `p` then holds the adapters' A and B beside the weights.
     """
     b, t, d = x.shape
     # The projections run on [B·T, D]: with a [B, T, D] operand each weight gradient contracts
     # over two axes, which XLA CPU lowers to a transposed copy of the (large) output gradient
     # before the matmul; over one axis it is a single matmul.
     x = x.reshape(b * t, d)
+
+    def project(h, name):
+        if cfg.lora is not None and name in cfg.lora.targets:
+            a_name, b_name = lora_names(name)
+            return L.lora_linear(h, p[name], p[a_name], p[b_name], cfg.lora.scale)
+        return h @ p[name]
+
     h = L.rms_norm(x, p["input_norm"], cfg.rms_norm_eps)
-    q, k, v = h @ p["q_proj"], h @ p["k_proj"], h @ p["v_proj"]
+    q, k, v = project(h, "q_proj"), project(h, "k_proj"), project(h, "v_proj")
     if cfg.qkv_bias:
         q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
     q = L.apply_rope(q.reshape(b, t, cfg.num_heads, cfg.head_dim), rope, cfg)
     k = L.apply_rope(k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim), rope, cfg)
     v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-    attn = attend(q, k, v).reshape(b * t, cfg.q_dim) @ p["o_proj"]
+    attn = project(attend(q, k, v).reshape(b * t, cfg.q_dim), "o_proj")
     if cfg.sandwich_norms:
         attn = L.rms_norm(attn, p["post_attn_norm"], cfg.rms_norm_eps)
     x = x + attn
     h = L.rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
-    mlp = (jax.nn.silu(h @ p["gate_proj"]) * (h @ p["up_proj"])) @ p["down_proj"]
+    mlp = project(jax.nn.silu(project(h, "gate_proj")) * project(h, "up_proj"), "down_proj")
     if cfg.sandwich_norms:
         mlp = L.rms_norm(mlp, p["post_mlp_norm"], cfg.rms_norm_eps)
     return (x + mlp).reshape(b, t, d)

@@ -20,8 +20,9 @@ from jax.sharding import Mesh
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.models.config import ModelConfig
-from agentrl_jax.models.decoder import Decoder
+from agentrl_jax.models.decoder import Decoder, LoraParam, init_adapters
 from agentrl_jax.parallel import sharding as sharding_lib
 
 # Our per-layer parameter → the HF tensor under `model.layers.{i}.`; linear weights are stored
@@ -104,11 +105,13 @@ def load_hf(
     *,
     mesh: Mesh | None = None,
     rules: sharding_lib.Rules = sharding_lib.DEFAULT_RULES,
+    lora_seed: int = 0,
     **config_overrides,
 ) -> Decoder:
     """Builds a `Decoder` from an HF directory, each parameter placed on its target sharding.
 
-    `config_overrides` replace ModelConfig fields (e.g. `dtype=jnp.bfloat16`).
+    `config_overrides` replace ModelConfig fields (e.g. `dtype=jnp.bfloat16`); with
+    `lora=LoraConfig(...)` the model gets fresh adapters (B = 0, seeded by `lora_seed`).
     """
     directory = pathlib.Path(directory)
     hf_config = json.loads((directory / "config.json").read_text())
@@ -116,11 +119,15 @@ def load_hf(
     ckpt = SafetensorsCheckpoint(directory)
     # Shapes only: no parameter is allocated before its real value is read.
     model = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
+    adapters = init_adapters(cfg, jax.random.key(lora_seed)) if cfg.lora else {}
     for path, variable in nnx.iter_graph(model):
         if not isinstance(variable, nnx.Param):
             continue
         path = tuple(str(p) for p in path)
-        value = _hf_value(ckpt, cfg, path).astype(cfg.param_dtype)
+        if isinstance(variable, LoraParam):
+            value = np.asarray(adapters[path[-1]])
+        else:
+            value = _hf_value(ckpt, cfg, path).astype(cfg.param_dtype)
         expected = variable.get_value().shape
         if value.shape != expected:
             raise ValueError(f"{'.'.join(path)}: checkpoint shape {value.shape} != {expected}")
@@ -165,10 +172,13 @@ def save_hf(
 ) -> pathlib.Path:
     """Writes `model` as an HF checkpoint transformers can load (sharded when large).
 
+    A model with adapters is written merged (W + scale · A B): a plain HF checkpoint.
+
     Args:
       dtype: cast tensors to this (e.g. ml_dtypes.bfloat16) instead of the parameter dtype.
       on_shard: called with each written shard's path (for progress reporting).
     """
+    model = lora_lib.merged(model)
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     hf_config = model.cfg.to_hf()

@@ -23,6 +23,16 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return weight.astype(x.dtype) * y.astype(x.dtype)
 
 
+def lora_linear(h: jax.Array, w: jax.Array, a: jax.Array, b: jax.Array, scale: float
+                ) -> jax.Array:
+    """y = h W + scale · (h A) B: a projection with a low-rank adapter, applied unmerged.
+
+    h [N, in], W [in, out], A [in, r], B [r, out]. The adapter path costs two rank-r matmuls
+    instead of a full [in, out] update, and W gets no gradient when it is not differentiated.
+    """
+    return h @ w + ((h @ a) * scale) @ b
+
+
 def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
     """Inverse frequencies θ^(-2i/d) of the rotated dims, with Llama-3 scaling when configured."""
     dim = cfg.rotary_dim

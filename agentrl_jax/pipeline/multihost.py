@@ -312,6 +312,8 @@ class Leader:
         """For `RLPipeline(weights_fn=...)`: a state's parameters in the sampler's layout."""
         from agentrl_jax.sampling.weights import weights_of
 
+        if trainer.lora is not None:  # the adapters alone: the samplers keep the base
+            return lambda state: self.gather(state.params)
         return lambda state: weights_of(trainer.model(self.gather(state.params)))
 
     def save(self, ckpt: CheckpointManager, step: int, state: TrainState, *,

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse
 
 from agentrl_jax.pipeline.wire_format import rollout_from_json, weights_to_bytes
 from agentrl_jax.rollout.record import Rollout
+from agentrl_jax.tree_digest import tree_digest
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class RolloutHub:
         self.lease_timeout_s = lease_timeout_s
         self.claim_fn: ClaimFn | None = None
         self.deliver_fn: Callable[[Rollout], None] | None = None
-        self._blobs: dict[str, tuple[int, bytes]] = {}  # policy -> (version, safetensors)
+        # policy -> (version, safetensors blob, SHA-256 checksum of the arrays)
+        self._blobs: dict[str, tuple[int, bytes, str]] = {}
         self._last_seen: dict[str, float] = {}
         self._leases: dict[int, _Lease] = {}
         self.lost_workers: list[str] = []
@@ -61,13 +63,19 @@ class RolloutHub:
 
     # ---- trainer side ---------------------------------------------------------------------
 
-    def publish(self, policy: str, version: int, weights: dict[str, Any]) -> None:
-        """Makes `weights` (host numpy arrays, sampler layout) the hub's `policy` at `version`."""
-        self._blobs[policy] = (version, weights_to_bytes(weights))
+    def publish(self, policy: str, version: int, weights: dict[str, Any],
+                checksum: str | None = None) -> None:
+        """Makes `weights` (host numpy arrays, sampler layout) the hub's `policy` at `version`.
+
+        `checksum`: `tree_digest(weights)` when the caller has it; workers check what they
+        download against it (`x-checksum`) and fetch again on a mismatch.
+        """
+        checksum = tree_digest(weights) if checksum is None else checksum
+        self._blobs[policy] = (version, weights_to_bytes(weights), checksum)
 
     @property
     def versions(self) -> dict[str, int]:
-        return {policy: version for policy, (version, _) in self._blobs.items()}
+        return {policy: version for policy, (version, _, _) in self._blobs.items()}
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serves on the running loop; returns the API URL."""
@@ -137,9 +145,9 @@ class RolloutHub:
         async def weights(policy: str = "current") -> Response:
             if policy not in self._blobs:
                 return JSONResponse({"detail": f"no weights for policy {policy!r}"}, 404)
-            version, blob = self._blobs[policy]
+            version, blob, checksum = self._blobs[policy]
             return Response(blob, media_type="application/octet-stream",
-                            headers={"x-version": str(version)})
+                            headers={"x-version": str(version), "x-checksum": checksum})
 
         @app.post("/api/claim")
         async def claim(request: Request) -> Response:

@@ -27,6 +27,7 @@ from agentrl_jax.pipeline.wire_format import rollout_to_json, weights_from_bytes
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, run_episode
 from agentrl_jax.rollout.cross_policy import PolicyMix
 from agentrl_jax.sampling import AsyncSamplingEngine, EngineConfig, SamplingEngine, SamplingParams
+from agentrl_jax.tree_digest import tree_digest
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,17 @@ class SamplingWorker:
                         for _ in range(self.concurrency)]
                     await asyncio.gather(*loops)
 
-    async def _fetch(self, hub: httpx.AsyncClient, policy: str):
-        response = (await hub.get("/weights", params={"policy": policy})).raise_for_status()
-        return int(response.headers["x-version"]), weights_from_bytes(response.content)
+    async def _fetch(self, hub: httpx.AsyncClient, policy: str, attempts: int = 3):
+        """(version, weights) of `policy`, checked against the hub's checksum; a corrupted
+        download is fetched again, and never served."""
+        for _ in range(attempts):
+            response = (await hub.get("/weights", params={"policy": policy})).raise_for_status()
+            weights = weights_from_bytes(response.content)
+            if tree_digest(weights) == response.headers["x-checksum"]:
+                return int(response.headers["x-version"]), weights
+            log.warning("weights of %s v%s failed their checksum; fetching again", policy,
+                        response.headers["x-version"])
+        raise RuntimeError(f"weights of policy {policy!r} failed their checksum {attempts} times")
 
     async def _heartbeat(self, hub: httpx.AsyncClient, engine: AsyncSamplingEngine) -> None:
         reply = (await hub.post("/heartbeat", json={"worker_id": self.worker_id})).json()

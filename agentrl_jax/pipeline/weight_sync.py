@@ -5,9 +5,21 @@ only every `stale_every` steps (AgentRL: 25). The arrays are copied before they 
 the sampler, because the next train step donates (reuses) the trainer's buffers; the engine
 then reshards the copy onto the sampler mesh (`jax.device_put`), which is the transfer between
 trainer and sampler sub-meshes in the disaggregated layout.
+
+With `trainer.lora`, an update carries the adapter tree alone (the sampler keeps the base,
+`sampling.adapter_engine`), and delivery is verified: each update has a version and a SHA-256
+checksum of its arrays, computed on the trainer's host before sending; the sampler installs it
+only if the arrays it placed have that checksum and answers with the (version, checksum) it now
+serves. `deliver` retries a lost or refused update and fails loudly after `attempts`, so a
+sampler can never go on serving old or corrupted weights under a new version number.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -16,10 +28,62 @@ from agentrl_jax.pipeline.rollout_hub import RolloutHub
 from agentrl_jax.rl.train_step import Trainer, TrainState
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from agentrl_jax.sampling.weights import Weights, weights_of
+from agentrl_jax.tree_digest import tree_digest
+
+log = logging.getLogger(__name__)
+
+DELIVERY_ATTEMPTS = 3
+
+
+class DeliveryError(RuntimeError):
+    """A weight update did not reach the sampler intact after every attempt."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightUpdate:
+    """One version of the weights (or, with LoRA, of the adapters) as host arrays."""
+
+    version: int
+    weights: Weights
+    checksum: str
+
+    @classmethod
+    def of(cls, version: int, weights: Weights) -> WeightUpdate:
+        host = jax.device_get(weights)
+        return cls(version, host, tree_digest(host))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(x.nbytes for x in jax.tree.leaves(self.weights))
+
+
+# (policy, version, weights, checksum) -> the (version, checksum) the sampler serves afterwards.
+Receiver = Callable[[str, int, Weights, str], Awaitable[tuple[Any, str]]]
+
+
+async def deliver(receive: Receiver, policy: str, update: WeightUpdate,
+                  attempts: int = DELIVERY_ATTEMPTS) -> int:
+    """Sends `update` as `policy` until the sampler confirms its version and checksum.
+
+    Returns the number of attempts it took; raises `DeliveryError` when none confirmed.
+    """
+    served: tuple[Any, str] | None = None
+    for attempt in range(1, attempts + 1):
+        served = await receive(policy, update.version, update.weights, update.checksum)
+        if tuple(served) == (update.version, update.checksum):
+            return attempt
+        log.warning("weight update %s v%d not confirmed (sampler serves %s), attempt %d/%d",
+                    policy, update.version, served, attempt, attempts)
+    raise DeliveryError(
+        f"policy {policy!r} version {update.version} (checksum {update.checksum[:12]}) not "
+        f"confirmed after {attempts} attempts; the sampler serves {served}")
 
 
 def snapshot(trainer: Trainer, state: TrainState):
-    """A copy of the parameters in the sampler's layout, independent of donated buffers."""
+    """A copy of what the sampler needs, independent of donated buffers: the sampler-layout
+    weights, or with LoRA the adapter tree alone."""
+    if trainer.lora is not None:
+        return jax.tree.map(jnp.copy, state.params)
     return jax.tree.map(jnp.copy, weights_of(trainer.model(state.params)))
 
 
@@ -38,15 +102,24 @@ async def sync_weights(
 
     `weights`: the sampler-layout weights of `state` when the caller has them already (a
     multi-host leader gathers them to its host, `pipeline.multihost`); default a device copy.
+    An engine with a `receive` method (`AdapterSamplingEngine`) gets verified delivery.
     """
+    if trainer.lora is not None and hub is not None:
+        # A worker builds its engine from the first full weights it downloads; serving
+        # adapter-only updates there (base shipped once) is not implemented yet.
+        raise NotImplementedError("out-of-process sampling workers do not serve LoRA adapters "
+                                  "yet; run LoRA with in-process samplers")
     weights = snapshot(trainer, state) if weights is None else weights
     updated = ["current"]
     if stale_every and version % stale_every == 0:
         updated.append("stale")
-    host_weights = jax.device_get(weights) if hub is not None else None
+    verified = engine is not None and hasattr(engine, "receive")
+    update = WeightUpdate.of(version, weights) if verified or hub is not None else None
     for policy in updated:
-        if engine is not None:
+        if verified:
+            await deliver(engine.receive, policy, update)
+        elif engine is not None:
             await engine.update_params(weights, version, policy=policy)
         if hub is not None:
-            hub.publish(policy, version, host_weights)
+            hub.publish(policy, version, update.weights, checksum=update.checksum)
     return updated

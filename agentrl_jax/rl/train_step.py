@@ -14,6 +14,13 @@ Parameters are fp32 master weights in a pure pytree, sharded by their logical ax
 trainer mesh (data × fsdp × tensor); the optimizer moments share the parameters' shardings; the
 batch is split over (data, fsdp). Compute runs in `compute_dtype` (bf16 by choice): the model
 casts parameters to its `cfg.dtype` inside the forward, so gradients arrive in fp32.
+
+With `lora.enabled`, the model gets low-rank adapters (`models.lora`) and only they train:
+`TrainState.params` is the adapter tree, so gradients, optimizer moments and checkpoints hold
+adapters alone; the base weights are a frozen tree the trainer keeps (optionally in
+`lora.base_dtype`, e.g. bf16, while the adapters stay fp32) and passes to every step as a
+non-differentiated argument. The KL reference, when none is given, is that same base tree with
+the adapters off: no second copy of the model.
 """
 
 from __future__ import annotations
@@ -28,12 +35,15 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agentrl_jax.models.decoder import Decoder
+from agentrl_jax.models import lora as lora_lib
+from agentrl_jax.models.config import PROJECTIONS, LoraConfig
+from agentrl_jax.models.decoder import Decoder, LoraParam
 from agentrl_jax.models.logprobs import token_logprobs
 from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.rl import losses
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rl.batch import TrainBatch
+from agentrl_jax.tree_digest import tree_digest
 
 Params = Any
 
@@ -52,8 +62,43 @@ def default_config() -> ml_collections.ConfigDict:
             compute_dtype=ml_collections.config_dict.placeholder(str),  # e.g. "bfloat16"
             seq_buckets=(128, 256, 512, 1024, 2048, 4096, 8192),
             tokens_per_micro=16384,
+            lora=lora_config(),
         )
     )
+
+
+def lora_config() -> ml_collections.ConfigDict:
+    """`trainer.lora`: train low-rank adapters over a frozen base instead of every weight."""
+    return ml_collections.ConfigDict(dict(
+        enabled=False,
+        rank=16,
+        alpha=32.0,  # adapter output scaled by alpha / rank
+        targets=PROJECTIONS,  # any of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
+        seed=0,  # initialisation of A (B starts at zero)
+        base_dtype=ml_collections.config_dict.placeholder(str),  # frozen base, e.g. "bfloat16"
+        peft_adapter=ml_collections.config_dict.placeholder(str),  # PEFT dir to start from
+    ))
+
+
+def lora_of(config: ml_collections.ConfigDict) -> LoraConfig | None:
+    """The `LoraConfig` of a trainer config's `lora` section (None when disabled or absent)."""
+    c = config.get("lora")
+    if c is None or not c.enabled:
+        return None
+    return LoraConfig(rank=int(c.rank), alpha=float(c.alpha), targets=tuple(c.targets))
+
+
+def with_trainer_adapters(model: Decoder, config: ml_collections.ConfigDict) -> Decoder:
+    """`model` with the adapters `config` (a trainer config) asks for: fresh (B = 0) or read
+    from `lora.peft_adapter`; `model` itself when LoRA is off or it has adapters already."""
+    lora = lora_of(config)
+    if lora is None or model.cfg.lora is not None:
+        return model
+    if config.lora.peft_adapter:
+        from agentrl_jax.models import peft_io
+
+        return peft_io.load_adapter(model, config.lora.peft_adapter)
+    return lora_lib.with_adapters(model, lora, seed=int(config.lora.seed))
 
 
 @jax.tree_util.register_dataclass
@@ -92,6 +137,8 @@ class Trainer:
         self.config = config
         self.mesh = mesh
         self.num_traces = 0  # incremented at trace time: a recompilation counter
+        model = with_trainer_adapters(model, config)
+        self.lora = model.cfg.lora if lora_of(config) is not None else None
         graphdef, state = nnx.split(model)
         if config.compute_dtype:
             # The compute dtype lives in the (static) model config; parameters stay as they are.
@@ -99,14 +146,22 @@ class Trainer:
             clone.cfg = clone.cfg.replace(dtype=jnp.dtype(config.compute_dtype))
             graphdef, state = nnx.split(clone)
         self.graphdef = graphdef
-        self.param_shardings = nnx.to_pure_dict(sharding_lib.state_shardings(state, mesh, rules))
+        # Trainable (all parameters, or the adapters) and frozen (nothing, or the base) trees.
+        if self.lora is not None:
+            _, trainable, frozen = nnx.split(nnx.merge(graphdef, state), LoraParam, ...)
+        else:
+            trainable, frozen = state, nnx.State({})
+        self.param_shardings = nnx.to_pure_dict(
+            sharding_lib.state_shardings(trainable, mesh, rules))
         self._params_struct = jax.tree.structure(self.param_shardings)
         self.replicated = NamedSharding(mesh, PartitionSpec())
         batch_axes = sharding_lib.logical_to_spec(("batch", None), rules, mesh)
         self.batch_sharding = NamedSharding(mesh, batch_axes)
         # The model's own arrays; copied onto the mesh by `init_state` (steps donate theirs).
-        self._model_params = nnx.to_pure_dict(state)
+        self._model_params = nnx.to_pure_dict(trainable)
         self._abstract_params = jax.eval_shape(lambda: self._model_params)
+        self.frozen_params = self._place_frozen(frozen, rules)
+        self._base_fingerprint: str | None = None
 
         self.ref_graphdef = self.ref_params = None
         if reference is not None:
@@ -114,6 +169,10 @@ class Trainer:
             ref_shardings = nnx.to_pure_dict(sharding_lib.state_shardings(ref_state, mesh, rules))
             self.ref_graphdef = ref_graphdef
             self.ref_params = jax.device_put(nnx.to_pure_dict(ref_state), ref_shardings)
+        elif self.lora is not None:
+            # The base, adapters off: the same arrays as `frozen_params`, not a copy.
+            self.ref_graphdef = nnx.graphdef(lora_lib.without_adapters(self.model_view()))
+            self.ref_params = self.frozen_params
 
         self.tx = optimizer_lib.make_optimizer(config.optimizer)
         self.schedule = optimizer_lib.make_schedule(config.optimizer)
@@ -142,6 +201,38 @@ class Trainer:
 
     # ---- state ---------------------------------------------------------------------------
 
+    def _place_frozen(self, frozen: nnx.State, rules: sharding_lib.Rules) -> Params:
+        """The frozen base on the mesh, cast to `lora.base_dtype` when set ({} without LoRA)."""
+        if self.lora is None:
+            return {}
+        shardings = nnx.to_pure_dict(sharding_lib.state_shardings(frozen, self.mesh, rules))
+        dtype = self.config.lora.base_dtype
+
+        def cast(x):
+            return x.astype(dtype) if dtype and jnp.issubdtype(x.dtype, jnp.floating) else x
+
+        return jax.jit(lambda p: jax.tree.map(cast, p), out_shardings=shardings)(
+            nnx.to_pure_dict(frozen))
+
+    @property
+    def base_fingerprint(self) -> str | None:
+        """SHA-256 of the frozen base (None without LoRA): what a LoRA checkpoint is valid for."""
+        if self.lora is not None and self._base_fingerprint is None:
+            self._base_fingerprint = tree_digest(self.frozen_params)
+        return self._base_fingerprint
+
+    def adapter_config(self) -> dict[str, Any] | None:
+        """JSON description of the adapters (None without LoRA), stored with checkpoints."""
+        if self.lora is None:
+            return None
+        return {"rank": self.lora.rank, "alpha": self.lora.alpha,
+                "targets": list(self.lora.targets), "base_dtype": self.config.lora.base_dtype}
+
+    def model_view(self, params: Params | None = None) -> Decoder:
+        """The Decoder of `params` (default: the initial ones) over the frozen base."""
+        params = self._model_params if params is None else params
+        return nnx.merge(self.graphdef, lora_lib.combine(self.frozen_params, params))
+
     def init_state(self, seed: int = 0) -> TrainState:
         # A jitted copy, not device_put: device_put may alias the model's buffer on a device
         # (even with may_alias=False, for replicated shardings), and steps donate the params.
@@ -156,8 +247,8 @@ class Trainer:
         )
 
     def model(self, params: Params) -> Decoder:
-        """A Decoder view of `params` (for sampling or export)."""
-        return nnx.merge(self.graphdef, params)
+        """A Decoder view of `params` (for sampling or export); with LoRA, base + adapters."""
+        return self.model_view(params)
 
     def shard_batch(self, batch: TrainBatch) -> TrainBatch:
         return jax.device_put(batch, self.batch_sharding)
@@ -190,11 +281,14 @@ class Trainer:
             loss_cfg, prox_logp=prox, ref_logp=ref, entropy=entropy,
         )
 
-    def _accumulate_impl(self, params, grads, batch, num_tokens, ref_params):
+    def _accumulate_impl(self, params, grads, batch, num_tokens, ref_params, frozen):
         self.num_traces += 1
-        g, metrics = jax.grad(self._micro_loss, has_aux=True)(
-            params, batch, num_tokens, ref_params
-        )
+
+        def loss(trainable):  # differentiated in the trainable tree only; the base is frozen
+            full = lora_lib.combine(frozen, trainable)
+            return self._micro_loss(full, batch, num_tokens, ref_params)
+
+        g, metrics = jax.grad(loss, has_aux=True)(params)
         return jax.tree.map(jnp.add, grads, g), metrics
 
     def _apply_impl(self, state: TrainState, grads):
@@ -206,14 +300,14 @@ class Trainer:
         }
         return TrainState(params, opt_state, state.step + 1, state.rng), metrics
 
-    def _logprobs_impl(self, params, batch):
-        return self._forward(self.graphdef, params, batch)
+    def _logprobs_impl(self, params, batch, frozen):
+        return self._forward(self.graphdef, lora_lib.combine(frozen, params), batch)
 
     # ---- public --------------------------------------------------------------------------
 
     def logprobs(self, params: Params, batch: TrainBatch) -> tuple[jax.Array, jax.Array]:
         """(log π_θ(targets), entropy) [B, T]: e.g. proximal log-probs before an update."""
-        return self._logprobs(params, self.shard_batch(batch))
+        return self._logprobs(params, self.shard_batch(batch), self.frozen_params)
 
     def zero_grads(self) -> Params:
         return self._zeros()
@@ -227,7 +321,8 @@ class Trainer:
         per_micro = []
         for mb in micro_batches:
             grads, m = self._accumulate(
-                params, grads, self.shard_batch(mb), num_tokens, self.ref_params
+                params, grads, self.shard_batch(mb), num_tokens, self.ref_params,
+                self.frozen_params,
             )
             per_micro.append(m)
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_micro)

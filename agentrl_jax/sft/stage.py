@@ -3,6 +3,10 @@
 Batches are built per length bucket (every demonstration of a step shares one row length, so a
 step packs tightly and shapes come from `seq_buckets` only), in a seeded order that shuffles
 both the demonstrations and the order of the bucketed steps every epoch.
+
+With `lora.enabled` the stage trains adapters over the frozen model (`rl.train_step`) and
+merges them into the model at the end, so RL starts from the warm-started weights (with fresh
+adapters of its own, when it trains LoRA too).
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from collections.abc import Callable, Sequence
 import jax
 import ml_collections
 import numpy as np
+from flax import nnx
 from jax.sharding import Mesh
 
+from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rl import train_step
 from agentrl_jax.rl.batch import TrainBatch, Trajectory, pack, pick_bucket
@@ -34,6 +40,7 @@ def default_config() -> ml_collections.ConfigDict:
         seq_buckets=(512, 1024, 2048, 4096),
         optimizer=opt,
         seed=0,
+        lora=train_step.lora_config(),
     ))
 
 
@@ -71,13 +78,18 @@ def run_sft(
     mesh: Mesh,
     on_step: StepCallback | None = None,
 ):
-    """Trains `model` in place on `trajectories`; returns the final train-step metrics."""
+    """Trains `model` in place on `trajectories`; returns the final train-step metrics.
+
+    With LoRA, `model` ends up with the trained adapters merged in (it has none itself).
+    """
     lengths = [len(t) for t in trajectories]
     steps = plan_steps(lengths, config.seq_buckets, config.tokens_per_step, config.epochs,
                        config.seed)
     tcfg = train_step.default_config()
     tcfg.update(seq_buckets=tuple(config.seq_buckets), tokens_per_micro=config.tokens_per_micro)
     tcfg.optimizer = config.optimizer.copy_and_resolve_references()
+    if "lora" in config:
+        tcfg.lora = config.lora.copy_and_resolve_references()
     # Short runs (fast mode) keep the schedule's shape: warm-up at most a quarter of the steps.
     tcfg.optimizer.warmup_steps = min(int(config.optimizer.warmup_steps), len(steps) // 4)
     tcfg.optimizer.total_steps = max(len(steps), tcfg.optimizer.warmup_steps + 1)
@@ -93,8 +105,8 @@ def run_sft(
         if on_step is not None:
             on_step(k, len(steps), metrics)
     trained = trainer.model(jax.device_get(state.params))
-    from flax import nnx
-
+    if model.cfg.lora is None:
+        trained = lora_lib.merged(trained)
     nnx.update(model, nnx.state(trained))
     return metrics
 

@@ -7,6 +7,8 @@ ABLATION is one of
     no_task_adv_norm      GRPO advantages without the per-task normalisation      (Table 6)
     single_task_TASK      a specialist trained on TASK alone (alfworld, db, kg, os_interaction,
                           webshop), still evaluated on all five tasks             (Table 4)
+    lora                  LoRA (rank 16, alpha 32, all projections) over a frozen bf16 base
+                          instead of full fine-tuning, lr 1e-5 (not in the paper; docs/lora.md)
 and MODEL a model file of this folder (default qwen25_14b, the paper's ablation model), e.g.
 
     --config=configs/agentbench_fc/ablations.py:no_cross_policy
@@ -29,7 +31,8 @@ SINGLE_TASK = "single_task_"
 
 
 def ablations() -> list[str]:
-    return ["no_cross_policy", "no_task_adv_norm", *(SINGLE_TASK + t for t in base.TASKS)]
+    return ["no_cross_policy", "no_task_adv_norm", "lora",
+            *(SINGLE_TASK + t for t in base.TASKS)]
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
@@ -45,6 +48,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.rl.pipeline.stale_policy_ratio = 0.0
     elif ablation == "no_task_adv_norm":
         c.rl.advantages.task_adv_norm = False
+    elif ablation == "lora":
+        # Adapters learn at a larger step than full weights; the KL reference is the base itself.
+        c.rl.trainer.lora.update(enabled=True, rank=16, alpha=32.0, base_dtype="bfloat16")
+        c.rl.trainer.optimizer.learning_rate = 1e-5
     else:
         c.env.tasks = (ablation.removeprefix(SINGLE_TASK),)
         c.eval.tasks = base.TASKS  # Table 4: specialists are tested on every task

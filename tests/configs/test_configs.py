@@ -133,6 +133,10 @@ def test_ablations_change_exactly_what_they_ablate():
         "rl.pipeline.stale_policy_ratio": (0.25, 0.0)}
     assert _difference(full, load("ablations.py:no_task_adv_norm")) == {
         "rl.advantages.task_adv_norm": (True, False)}
+    assert _difference(full, load("ablations.py:lora")) == {
+        "rl.trainer.lora.enabled": (False, True),
+        "rl.trainer.lora.base_dtype": (None, "bfloat16"),
+        "rl.trainer.optimizer.learning_rate": (1e-6, 1e-5)}
     for task in base.TASKS:
         specialist = load(f"ablations.py:single_task_{task}")
         assert _difference(full, specialist) == {"env.tasks": (base.TASKS, (task,))}
@@ -165,3 +169,15 @@ def test_local_default_holds_the_evaluation_protocol_and_the_levers():
     assert c.rl.pipeline.max_draws_per_step > c.rl.pipeline.groups_per_step
     fast = local_default.get_config("fast")   # CI: one index per task
     assert fast.eval.per_task == 1 and fast.rl.pipeline.steps <= 2
+
+
+def test_local_smollm2_lora_variant_trains_adapters_in_both_stages():
+    from agentrl_jax.rl import train_step
+    from configs import local_smollm2
+
+    main, lora = local_smollm2.get_config(), local_smollm2.get_config("lora")
+    assert train_step.lora_of(main.rl.trainer) is None
+    for trainer in (lora.sft, lora.rl.trainer):
+        assert train_step.lora_of(trainer) == train_step.LoraConfig(rank=16, alpha=32.0)
+    assert lora.rl.trainer.optimizer.learning_rate == 10 * main.rl.trainer.optimizer.learning_rate
+    assert lora.run_dir != main.run_dir

@@ -49,3 +49,55 @@ def test_export_after_training_matches_transformers(tmp_path):
         before = base(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
     assert np.abs(ours - theirs).max() < 1e-4
     assert np.abs(theirs - before).max() > 1e-3  # the export holds the trained weights
+
+
+def test_lora_export_writes_merged_model_and_peft_adapter(tmp_path):
+    import peft
+    import pytest
+
+    from agentrl_jax.checkpoint import BaseMismatchError
+    from launch.export_hf import export_lora_checkpoint
+
+    torch.manual_seed(0)
+    hf_cfg = transformers.Qwen2Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+        rms_norm_eps=1e-5, tie_word_embeddings=False,
+    )
+    transformers.Qwen2ForCausalLM(hf_cfg).save_pretrained(tmp_path / "base")
+    c = ts.default_config()
+    c.optimizer.learning_rate = 5e-2
+    c.lora.update(enabled=True, rank=4, alpha=8.0)
+    trainer = ts.Trainer(load_hf(tmp_path / "base"), c,
+                         make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4]))
+    rng = np.random.default_rng(0)
+    trajs = [batch_lib.Trajectory(tokens=rng.integers(0, 96, 12), loss_mask=np.ones(12),
+                                  behaviour_logprobs=np.full(12, -4.5), advantage=a)
+             for a in (1.0, -1.0, 0.5, -0.5)]
+    state = trainer.init_state()
+    for _ in range(2):
+        state, _ = trainer.step(state, *batch_lib.pack(trajs, (16,), 32, 2))
+    with CheckpointManager(tmp_path / "ckpt", base_fingerprint=trainer.base_fingerprint,
+                           adapter_config=trainer.adapter_config()) as mgr:
+        mgr.save(2, state)
+    out, adapter = export_lora_checkpoint(tmp_path / "ckpt", tmp_path / "base", tmp_path / "out")
+
+    tokens = rng.integers(0, 96, (2, 10)).astype(np.int32)
+    positions = np.tile(np.arange(10, dtype=np.int32), (2, 1))
+    ours = np.asarray(trainer.model(state.params)(
+        jnp.asarray(tokens), jnp.asarray(positions), jnp.ones_like(tokens)))
+    merged = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base").eval()
+    with torch.no_grad():
+        before = base(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+        via_merged = merged(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+        via_peft = peft.PeftModel.from_pretrained(base, adapter).eval()(
+            torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+    assert np.abs(ours - before).max() > 1e-3
+    assert np.abs(ours - via_merged).max() < 1e-4
+    assert np.abs(ours - via_peft).max() < 1e-4
+
+    # Another base model: refused, never exported over the wrong weights.
+    transformers.Qwen2ForCausalLM(hf_cfg).save_pretrained(tmp_path / "other")
+    with pytest.raises(BaseMismatchError, match="not this run's base"):
+        export_lora_checkpoint(tmp_path / "ckpt", tmp_path / "other", tmp_path / "out2")

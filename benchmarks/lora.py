@@ -1,0 +1,178 @@
+"""Full fine-tuning against LoRA (rank 16, all projections) on SmolLM2-135M-Instruct.
+
+Same batch, same run (each part in its own subprocess, so each peak RSS is its own):
+  * train step: one policy-gradient step (forward, backward, AdamW), fp32, batch × length
+    tokens, full parameters vs adapters over a frozen base: `lora_vs_full_step` (seconds ratio,
+    median of `--steps` after a warm-up step), `full_peak_rss_mb`, `lora_peak_rss_mb`;
+  * weight update: bytes one sync carries, `full_sync_bytes` (the sampler-layout weights) vs
+    `lora_sync_bytes` (the adapter tree);
+  * decode: greedy tokens/s of the sampling engine at batch `--decode_batch`, the base model vs
+    the same base with the adapter applied unmerged (`AdapterSamplingEngine`, the serving path)
+    vs merged into a copy of the weights: `lora_decode_vs_base` (unmerged / base) and
+    `merged_decode_vs_base`. The three engines are timed interleaved.
+
+    python -m benchmarks.lora [--batch 4] [--length 256] [--steps 3] [--decode_batch 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+
+from benchmarks.machine_info import write_result
+
+MODEL = "smollm2-135m-instruct"
+
+
+def _base():
+    from agentrl_jax.models.hf_io import load_hf
+    from agentrl_jax.models.zoo import resolve_model_dir
+
+    return load_hf(resolve_model_dir(MODEL))
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _lora_config(c) -> None:
+    c.lora.update(enabled=True, rank=16, alpha=32.0)
+
+
+def train_part(mode: str, batch: int, length: int, steps: int) -> dict:
+    from agentrl_jax.parallel.mesh import make_mesh
+    from agentrl_jax.pipeline import weight_sync
+    from agentrl_jax.rl import train_step as ts
+    from agentrl_jax.rl.batch import TrainBatch
+
+    c = ts.default_config()
+    c.optimizer.learning_rate = 1e-5
+    c.seq_buckets, c.tokens_per_micro = (length,), batch * length
+    if mode == "lora":
+        _lora_config(c)
+    model = _base()
+    trainer = ts.Trainer(model, c, make_mesh(devices=jax.devices()[:1]))
+    del model
+    state = trainer.init_state()
+    rng = np.random.default_rng(0)
+    shape = (batch, length)
+    tokens = rng.integers(0, trainer.model_view().cfg.vocab_size, shape).astype(np.int32)
+    mb = TrainBatch(
+        tokens=tokens, positions=np.broadcast_to(np.arange(length, dtype=np.int32), shape).copy(),
+        segment_ids=np.ones(shape, np.int32), targets=np.roll(tokens, -1, axis=1),
+        loss_mask=np.ones(shape, np.float32),
+        advantages=rng.standard_normal(shape).astype(np.float32),
+        behaviour_logprobs=np.full(shape, -10.0, np.float32))
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        state, _ = trainer.step(state, [mb], float(batch * length))  # floats: step finished
+        times.append(time.perf_counter() - start)
+    sync_bytes = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state)).nbytes
+    return {"step_s": statistics.median(times[1:]), "peak_rss_mb": _peak_rss_mb(),
+            "sync_bytes": sync_bytes}
+
+
+def decode_part(batch: int, prompt_len: int, new: int, rounds: int) -> dict:
+    from agentrl_jax.models import lora
+    from agentrl_jax.models.config import LoraConfig
+    from agentrl_jax.sampling import EngineConfig, GenerateRequest, SamplingEngine, SamplingParams
+    from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine, adapter_tree
+    from agentrl_jax.tree_digest import tree_digest
+
+    cfg = EngineConfig(
+        max_batch=batch, page_size=16, num_pages=batch * (prompt_len + new) // 16 + 8,
+        max_context=prompt_len + new, prefill_buckets=(prompt_len,),
+        prefill_batch_buckets=(min(batch, 8),), context_buckets=(prompt_len + new,),
+        batch_buckets=(batch,), steps_per_sync=16)
+    base = _base()
+    adapted = lora.with_adapters(base, LoraConfig(rank=16, alpha=32.0))
+    rng = np.random.default_rng(0)
+    trained = jax.tree.map(lambda x: (np.asarray(x) + 0.01 * rng.standard_normal(x.shape)
+                                      ).astype(np.float32), jax.device_get(adapter_tree(adapted)))
+    engines = {"base": SamplingEngine(base, cfg)}
+    front = AdapterSamplingEngine(SamplingEngine(adapted, cfg), adapted)
+    served = asyncio.run(front.receive("current", 1, trained, tree_digest(trained)))
+    assert served == (1, tree_digest(trained)), served
+    front.close()  # the loop thread stops; the engine itself is driven directly below
+    engines["unmerged"] = front.engine
+    graphdef, _, base_params = lora.split(adapted)
+    merged = lora.merged(nnx.merge(graphdef, lora.combine(base_params, trained)))
+    engines["merged"] = SamplingEngine(merged, cfg)
+    del base, adapted, merged
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=new)
+    requests = [GenerateRequest(list(rng.integers(0, 49152, prompt_len)), greedy)
+                for _ in range(batch)]
+    for engine in engines.values():
+        engine.warmup()
+        engine.generate(requests[:1])
+    times = {name: [] for name in engines}
+    for _ in range(rounds):  # interleaved, so load from other processes hits all alike
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            engine.generate(requests)
+            times[name].append(time.perf_counter() - start)
+    tok_s = {name: batch * new / min(t) for name, t in times.items()}
+    return {f"{name}_decode_tok_s": v for name, v in tok_s.items()}
+
+
+def _subprocess(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.lora", *args], check=True,
+                         capture_output=True, text=True, env=os.environ.copy())
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--part", choices=["train", "decode"])
+    parser.add_argument("--mode", choices=["full", "lora"], default="full")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--decode_batch", type=int, default=8)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.part == "train":
+        print(json.dumps(train_part(args.mode, args.batch, args.length, args.steps)))
+        return
+    if args.part == "decode":
+        print(json.dumps(decode_part(args.decode_batch, args.prompt, args.new, args.rounds)))
+        return
+    train = ("--part", "train", "--batch", str(args.batch), "--length", str(args.length),
+             "--steps", str(args.steps))
+    full = _subprocess(*train, "--mode", "full")
+    lora = _subprocess(*train, "--mode", "lora")
+    decode = _subprocess("--part", "decode", "--decode_batch", str(args.decode_batch),
+                         "--prompt", str(args.prompt), "--new", str(args.new),
+                         "--rounds", str(args.rounds))
+    figures = {
+        "lora_vs_full_step": lora["step_s"] / full["step_s"],
+        "full_step_s": full["step_s"], "lora_step_s": lora["step_s"],
+        "full_peak_rss_mb": full["peak_rss_mb"], "lora_peak_rss_mb": lora["peak_rss_mb"],
+        "full_sync_bytes": full["sync_bytes"], "lora_sync_bytes": lora["sync_bytes"],
+        "lora_decode_vs_base": decode["unmerged_decode_tok_s"] / decode["base_decode_tok_s"],
+        "merged_decode_vs_base": decode["merged_decode_tok_s"] / decode["base_decode_tok_s"],
+        **decode,
+        "train_tokens": args.batch * args.length, "decode_batch": args.decode_batch,
+        "load_average_1m": os.getloadavg()[0],
+    }
+    for name, value in figures.items():
+        print(f"{name}: {value:.4g}" if isinstance(value, float) else f"{name}: {value}")
+    print(f"wrote {write_result('lora', figures)}")
+
+
+if __name__ == "__main__":
+    main()
