@@ -43,7 +43,7 @@ import collections
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -130,6 +130,25 @@ class EngineConfig:
         """Row buckets of a prefill call, sorted and capped at max_batch (fewer waiting prompts
         than the smallest bucket are padded with empty rows)."""
         return tuple(sorted({min(r, self.max_batch) for r in self.prefill_batch_buckets}))
+
+
+# Cumulative counters of `SamplingEngine.prefill_stats`; the rest of its keys are derived or now.
+PREFILL_COUNTERS = ("prefill_tokens_requested", "prefill_tokens_computed",
+                    "prefill_tokens_reused", "prefix_reused_tokens", "prefix_cache_evictions")
+
+
+def prefill_window(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Prefill stats between two `prefill_stats()` snapshots (`before` may be empty).
+
+    prefill_tokens_requested = computed + reused, where reused counts a session's own k/v
+    and shared prefixes; prefix_cache_hit_rate = prefix_reused_tokens / requested (0 with
+    nothing requested); prefix_cache_pages is `after`'s (pages the cache holds then).
+    """
+    out = {k: after[k] - before.get(k, 0.0) for k in PREFILL_COUNTERS}
+    requested = out["prefill_tokens_requested"]
+    out["prefix_cache_hit_rate"] = out["prefix_reused_tokens"] / requested if requested else 0.0
+    out["prefix_cache_pages"] = after["prefix_cache_pages"]
+    return out
 
 
 def _bucket(buckets: Sequence[int], n: int) -> int:
@@ -302,24 +321,18 @@ class SamplingEngine:
         self.pages.drop(session_id)
 
     def prefill_stats(self) -> dict[str, float]:
-        """Prefill work and the shared-prefix cache, cumulative (the pages: now).
-
-        prefill_tokens_requested = computed + reused; reused counts both a session's own k/v
-        and shared prefixes; prefix_cache_hit_rate = tokens reused from shared prefixes /
-        tokens requested.
-        """
-        requested = self.stats["prefill_tokens_requested"]
-        shared = self.stats["prefix_reused_tokens"]
+        """Prefill work and the shared-prefix cache since the engine started (see
+        `prefill_window` for the keys; a window between two snapshots is `prefill_window`)."""
         cache = self.pages.cache
-        return {
-            "prefill_tokens_requested": float(requested),
+        totals = {
+            "prefill_tokens_requested": float(self.stats["prefill_tokens_requested"]),
             "prefill_tokens_computed": float(self.stats["prefilled_tokens"]),
             "prefill_tokens_reused": float(self.stats["reused_tokens"]),
-            "prefix_reused_tokens": float(shared),
-            "prefix_cache_hit_rate": shared / requested if requested else 0.0,
-            "prefix_cache_pages": float(self.pages.cache_pages),
+            "prefix_reused_tokens": float(self.stats["prefix_reused_tokens"]),
             "prefix_cache_evictions": float(cache.evictions if cache is not None else 0),
+            "prefix_cache_pages": float(self.pages.cache_pages),
         }
+        return prefill_window({}, totals)
 
     @property
     def has_work(self) -> bool:
