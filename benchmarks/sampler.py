@@ -10,9 +10,15 @@
 (c) continuous vs static batching: 64 requests with output lengths 16..256 through the same
     number of decode slots; static batching runs each batch of `slots` requests until its
     longest member finishes (as HF `generate` on a batch does).
+(d) shared prefixes (issue #18): an AgentRL-shaped first turn, 5 tasks × 4 groups × G = 8
+    episodes, each prompt the task's real system prompt and tools rendered with SmolLM2's
+    template plus the group's task-specific user message, 64 new tokens each; the engine with
+    the prefix cache against the same engine without it (`prefix_reuse_vs_none`), and the share
+    of prefill tokens the cache saved (`prefill_tokens_saved_frac`).
 
-    python -m benchmarks.sampler            # writes benchmarks/results/sampler.json
-    python -m benchmarks.sampler --quick    # smaller sizes, a smoke run
+    python -m benchmarks.sampler                # writes benchmarks/results/sampler.json
+    python -m benchmarks.sampler --quick        # smaller sizes, a smoke run
+    python -m benchmarks.sampler --only prefix  # one workload; merged into the existing JSON
 
 Timings are wall clock on a possibly shared machine: the JSON records the load average.
 """
@@ -118,7 +124,8 @@ def bench_decode(model, hf_model, batch: int, prompt_len: int, new: int) -> dict
     forced = SamplingParams(temperature=0.0, max_new_tokens=new)
     requests = [GenerateRequest(p, forced) for p in ps]
     engine.warmup()
-    engine.generate(requests[:1])  # first-call overheads
+    # First-call overheads, on another prompt (the prefix cache, on here, would serve a copy).
+    engine.generate([GenerateRequest([1] * prompt_len, forced)])
     inputs = torch.tensor(ps)
     kwargs = dict(do_sample=False, max_new_tokens=new, min_new_tokens=new, pad_token_id=0,
                   attention_mask=torch.ones_like(inputs))
@@ -147,6 +154,7 @@ def bench_multiturn(model, episodes: int, turns: int, env_tokens: int, new: int)
         prefill_batch_buckets=(episodes,),
         context_buckets=tuple(range(256, max_context, 256)),
         batch_buckets=(episodes,), steps_per_sync=16,
+        prefix_cache=False,  # the re-prefill run must recompute (the cache would not)
     )
     forced = SamplingParams(temperature=0.0, max_new_tokens=new)
     vocab = model.cfg.vocab_size
@@ -203,6 +211,7 @@ def bench_continuous(model, requests: int, slots: int, prompt_len: int, lengths:
         max_context=max_context, prefill_buckets=(prompt_len,), context_buckets=(128, 256),
         prefill_batch_buckets=(1, 2, 4, 8), batch_buckets=(1, 2, 4, 8, 10, 12, 14),
         steps_per_sync=8,
+        prefix_cache=False,  # static batching reruns the same prompts: no cache between
     )
     engine = SamplingEngine(model, cfg)
     engine.warmup()
@@ -224,6 +233,110 @@ def bench_continuous(model, requests: int, slots: int, prompt_len: int, lengths:
           f"ratio {t_static / t_cont:.2f}")
     return {"continuous_s": t_cont, "static_s": t_static, "ratio": t_static / t_cont,
             "requests": requests, "slots": slots, "output_lengths": list(lengths)}
+
+
+def agentbench_first_prompts(tokenizer, groups: int) -> dict[str, list[list[int]]]:
+    """Per task, `groups` first prompts: the task's own system prompt and tool schema (as its
+    environment sends them) and a task-specific user message (from the AgentBench data in
+    ../shared/data where there is some), rendered with the tokenizer's chat template."""
+    from agentrl_jax.chat.templates import render
+    from environments.alfworld import task as alfworld
+    from environments.db import task as db
+    from environments.kg import prompts as kg
+    from environments.os_interaction import task as os_task
+    from environments.webshop import task as webshop
+
+    data = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "agentbench"
+
+    def rows(path: str, default: list) -> list:
+        try:
+            text = (data / path).read_text()
+        except OSError:
+            return default
+        return ([json.loads(line) for line in text.splitlines()[:groups]]
+                if path.endswith(".jsonl") else json.loads(text)[:groups])
+
+    goals = ["put a clean mug in coffeemachine", "heat some egg and put it in garbagecan",
+             "look at the bowl under the desklamp", "put two cellphones in the drawer"]
+    products = ["a pack of 12 green tea bags under 20 dollars", "noise cancelling headphones",
+                "a women's rain jacket in size medium", "unscented hand soap, 3 pack"]
+    db_rows = rows("dbbench/dev.jsonl", [{"description": f"How many rows are there in t{i}?"}
+                                         for i in range(groups)])
+    os_rows = rows("os_interaction/dev.json", [{"description": f"Count the files in /tmp/{i}."}
+                                               for i in range(groups)])
+    kg_rows = rows("knowledgegraph/dev.json", [{"question": f"who wrote book {i}?",
+                                                "entities": {f"book {i}": "m.0"}}
+                                               for i in range(groups)])
+    tasks = {
+        "alfworld": (alfworld.SYSTEM_PROMPT, [alfworld.TAKE_ACTION_TOOL],
+                     [f"Here is your task. You are in the middle of a room. Looking quickly "
+                      f"around you, you see a cabinet 1, a countertop 1, a drawer 1, a fridge "
+                      f"1 and a sinkbasin 1.\nYour task is to: {g}." for g in goals]),
+        "db": (db.SYSTEM_PROMPT, db.TOOLS, [db.user_prompt(e) for e in db_rows]),
+        "kg": (kg.INSTRUCTIONS.format(max_round=15), kg.TOOLS,
+               [f"{e['question']}\nEntities: [{', '.join(e['entities'])}]" for e in kg_rows]),
+        "os": (os_task.SYSTEM_PROMPT, os_task.TOOLS,
+               [os_task.PROBLEM_PREFIX + e["description"] for e in os_rows]),
+        "webshop": (webshop.SYSTEM_PROMPT, webshop.TOOLS,
+                    [f"The initial observation:\nWebShop [SEP] Instruction: [SEP] i need {p}"
+                     "\n\nAvailable Actions:\nhas_search_bar: True" for p in products]),
+    }
+    out = {}
+    for name, (system, tools, users) in tasks.items():
+        out[name] = [tokenizer.encode(render(
+            tokenizer, [{"role": "system", "content": system}, {"role": "user", "content": u}],
+            tools, add_generation_prompt=True)) for u in users[:groups]]
+    return out
+
+
+def bench_prefix(model, path: pathlib.Path, tasks: int, groups: int, group_size: int,
+                 new: int) -> dict:
+    """The first turn of `tasks × groups × group_size` episodes, prefix cache off vs on."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    by_task = dict(list(agentbench_first_prompts(tokenizer, groups).items())[:tasks])
+    # Episodes arrive group by group, the G members of a group together (AgentRL's rollout
+    # workers start a group's episodes at once).
+    episodes = [(f"{task}/{g}/{m}", prompt) for task, prompts in by_task.items()
+                for g, prompt in enumerate(prompts) for m in range(group_size)]
+    lengths = [len(p) for _, p in episodes]
+    page, slots = 16, 32
+    max_context = -(-(max(lengths) + new) // 512) * 512
+    # The pool fits `slots` requests of the mean size (both runs get the same pool).
+    num_pages = slots * (sum(lengths) // len(lengths) + new) // page + 8
+    forced = SamplingParams(temperature=0.0, max_new_tokens=new)
+
+    def run(prefix_cache: bool) -> tuple[float, dict]:
+        engine = SamplingEngine(model, EngineConfig(
+            max_batch=slots, page_size=page, num_pages=num_pages, max_context=max_context,
+            # Short buckets and single rows too: with the cache, a group's first member
+            # prefills alone and the others only the tail of a page (padding them to 8 rows
+            # of 512 tokens cost as much as the prefills saved).
+            prefill_buckets=(32, 128, 512), prefill_batch_buckets=(1, 8),
+            context_buckets=tuple(range(512, max_context, 512)), batch_buckets=(8, 16),
+            steps_per_sync=16, prefix_cache=prefix_cache))
+        engine.warmup()  # compiles once: the second engine has the same shapes
+        requests = [GenerateRequest(p, forced, session_id=sid) for sid, p in episodes]
+        wall = timed(lambda: engine.generate(requests))
+        return wall, {**engine.prefill_stats(), "prefill_s": engine.stats["prefill_seconds"],
+                      "decode_s": engine.stats["decode_seconds"]}
+
+    off, off_stats = run(False)
+    on, on_stats = run(True)
+    saved = 1 - on_stats["prefill_tokens_computed"] / on_stats["prefill_tokens_requested"]
+    print(f"prefix ({len(by_task)} tasks × {groups} groups × G={group_size}, prompts "
+          f"{min(lengths)}..{max(lengths)} tokens): no cache {off:.1f} s, cache {on:.1f} s, ratio "
+          f"{off / on:.2f}, prefill tokens saved {saved:.3f}")
+    return {"none_s": off, "cache_s": on, "ratio": off / on, "prefill_tokens_saved_frac": saved,
+            "prefill_tokens_requested": on_stats["prefill_tokens_requested"],
+            "prefill_tokens_computed": on_stats["prefill_tokens_computed"],
+            "prefill_tokens_computed_without": off_stats["prefill_tokens_computed"],
+            "none_prefill_s": off_stats["prefill_s"], "none_decode_s": off_stats["decode_s"],
+            "cache_prefill_s": on_stats["prefill_s"], "cache_decode_s": on_stats["decode_s"],
+            "episodes": len(episodes), "tasks": len(by_task), "groups_per_task": groups,
+            "group_size": group_size, "new_tokens": new,
+            "prompt_tokens_min": min(lengths), "prompt_tokens_max": max(lengths)}
 
 
 def machine() -> dict:
@@ -252,22 +365,28 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument("--batches", default="1,8,32")
-    parser.add_argument("--parts", default="decode,multiturn,continuous",
-                        help="comma-separated subset of decode,multiturn,continuous")
+    parser.add_argument("--parts", default="decode,multiturn,continuous,prefix",
+                        help="comma-separated subset of decode,multiturn,continuous,prefix")
+    parser.add_argument("--only", default=None,
+                        help="run one part and merge its keys into the existing --out JSON")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
+    if args.only:
+        args.parts = args.only
 
     info = machine()
     path, source = model_dir()
     model = load_hf(path)
-    hf_model, hf_attention = load_hf_baseline(path)
+    parts = set(args.parts.split(","))
+    hf_model, hf_attention = load_hf_baseline(path) if "decode" in parts else (None, None)
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, secs, **_: COMPILES.append(secs)
         if event == "/jax/core/compile/backend_compile_duration" else None)
     q = args.quick
     prompt_len, new = (32, 16) if q else (128, 128)
-    out: dict = {"model": source, "machine": info, "hf_baseline": hf_attention}
-    parts = set(args.parts.split(","))
+    out: dict = {"model": source, "machine": info}
+    if hf_attention is not None:
+        out["hf_baseline"] = hf_attention
     if "decode" in parts:
         for b in (int(x) for x in args.batches.split(",")):
             r = bench_decode(model, hf_model, b, prompt_len, new)
@@ -283,9 +402,20 @@ def main():
         cb = bench_continuous(model, requests=16 if q else 64, slots=8 if q else 16,
                               prompt_len=32, lengths=(4, 32) if q else (16, 256))
         out["continuous"], out["continuous_vs_static"] = cb, cb["ratio"]
+    if "prefix" in parts:
+        pr = bench_prefix(model, path, tasks=2 if q else 5, groups=2 if q else 4,
+                          group_size=4 if q else 8, new=16 if q else 64)
+        out["prefix"], out["prefix_reuse_vs_none"] = pr, pr["ratio"]
+        out["prefill_tokens_saved_frac"] = pr["prefill_tokens_saved_frac"]
     out["compilations_total"] = len(COMPILES)
     out["compile_seconds_total"] = sum(COMPILES)
     out["compilations_while_timing"] = TIMED_COMPILES[0]
+    if args.only:  # one part's keys (and its machine) into the full run's file
+        old = json.loads(pathlib.Path(args.out).read_text()) if pathlib.Path(args.out).exists() \
+            else {}
+        part_keys = {k: v for k, v in out.items() if k not in ("model", "machine")}
+        out = {**old, **{k: v for k, v in part_keys.items() if not k.startswith("compil")},
+               f"machine_{args.only}": info}
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if not isinstance(v, dict)}, indent=2))

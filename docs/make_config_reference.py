@@ -140,6 +140,8 @@ MEANINGS: dict[str, str] = {
                                  "prefilled in chunks of the largest",
     "rl.engine.context_buckets": "context widths a decode step reads (max_context is added)",
     "rl.engine.batch_buckets": "decode batch sizes (max_batch is added)",
+    "rl.engine.prefix_cache": "share the KV of common prompt prefixes (system prompts, a "
+                              "group's prompt) between requests, keyed by weights",
     "rl.engine.steps_per_sync": "decode steps per device call (the host syncs once per chunk)",
     # rl.trainer
     "rl.trainer.temperature": "logits / temperature in the trainer's log-probs (match the "

@@ -51,7 +51,8 @@ def default_config() -> ml_collections.ConfigDict:
         limits=dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024),
         engine=dict(max_batch=32, page_size=16, num_pages=4096, max_context=8192,
                     prefill_buckets=(128, 512, 2048), context_buckets=(1024, 2048, 4096),
-                    batch_buckets=(1, 4, 8, 16), steps_per_sync=8),
+                    batch_buckets=(1, 4, 8, 16), steps_per_sync=8,
+                    prefix_cache=True),  # system prompts and group prompts prefilled once
         checkpoint=dict(every=10, keep=2),
     ))
 

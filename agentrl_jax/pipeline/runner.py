@@ -52,6 +52,7 @@ from agentrl_jax.rl.train_step import Trainer, TrainState
 from agentrl_jax.rollout.agent_loop import AgentSpec, run_episode
 from agentrl_jax.rollout.record import Rollout
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
+from agentrl_jax.sampling.engine import prefill_window
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ class RLPipeline:
         self._rollouts_trained = int(book.get("rollouts_trained", 0))
         self._rng = random.Random(config.seed + int(book.get("next_group_id", 0)))
         self.buffer = TrajectoryBuffer(config.group_size, config.max_staleness)
+        self._sampler_totals: dict[str, float] = {}
 
     # ---- rollouts -------------------------------------------------------------------------
 
@@ -214,7 +216,7 @@ class RLPipeline:
         updated = await self._sync_weights(state, version, self._stale_every())
         if gate is not None:  # only now: groups admitted next start on the new weights
             await gate.advance(version)
-        metrics = {**metrics, **self.buffer.stats.lag_summary(),
+        metrics = {**metrics, **await self._sampler_metrics(), **self.buffer.stats.lag_summary(),
                    "groups_dropped_stale": float(self.buffer.stats.groups_dropped_stale),
                    "groups_untrainable": float(self.buffer.stats.groups_untrainable),
                    "step_seconds": time.perf_counter() - started,
@@ -225,6 +227,15 @@ class RLPipeline:
             result = self.on_step(report)
             if asyncio.iscoroutine(result):
                 await result
+
+    async def _sampler_metrics(self) -> dict[str, float]:
+        """The in-process sampler's prefill work and prefix-cache use over the step."""
+        if self.engine is None:
+            return {}
+        totals = await self.engine.prefill_stats()
+        window = prefill_window(self._sampler_totals, totals)
+        self._sampler_totals = totals
+        return {f"sampler_{k}": v for k, v in window.items()}
 
     async def _sync_weights(self, state: TrainState, version: int,
                             stale_every: int | None) -> list[str]:
@@ -250,6 +261,8 @@ class RLPipeline:
     async def run(self, state: TrainState, start_step: int = 0) -> TrainState:
         """Trains from `start_step` (the current weight version) to `config.steps`."""
         await self._sync_weights(state, start_step, 1 if self._stale_every() else None)
+        if self.engine is not None:  # steps report their own sampling, not earlier stages'
+            self._sampler_totals = await self.engine.prefill_stats()
         if self.config.mode == "sync":
             return await self._run_sync(state, start_step)
         if self.config.mode != "async":

@@ -8,7 +8,7 @@ updates, a pool of named policies.
 """
 
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
-from agentrl_jax.sampling.engine import EngineConfig, SamplingEngine
+from agentrl_jax.sampling.engine import EngineConfig, SamplingEngine, prefill_window
 from agentrl_jax.sampling.types import (
     FinishReason,
     GenerateRequest,
@@ -24,4 +24,5 @@ __all__ = [
     "GenerationResult",
     "SamplingEngine",
     "SamplingParams",
+    "prefill_window",
 ]

@@ -119,6 +119,10 @@ class AsyncSamplingEngine:
     async def policies(self) -> dict[str, int]:
         return await self._run(lambda: self.engine.policies)
 
+    async def prefill_stats(self) -> dict[str, float]:
+        """`SamplingEngine.prefill_stats`, read between two steps."""
+        return await self._run(self.engine.prefill_stats)
+
     def close(self) -> None:
         """Stops the loop thread (after the current step)."""
         self._stop = True

@@ -12,14 +12,24 @@ Scheduling:
   * shapes come from a few buckets (prefill rows and length, decode batch, context width), so
     after `warmup()` traffic never compiles;
   * a request reserves pages for its prompt plus `max_new_tokens` at admission, evicting idle
-    sessions (LRU) if needed, so decode never runs out of memory half way.
+    sessions and unused cached prefixes (LRU) if needed, so decode never runs out of memory
+    half way.
+
+Shared prefixes (`EngineConfig.prefix_cache`): the full pages of every prompt stay cached,
+read-only, keyed by their tokens and everything before them (`prefix_cache`), so a request
+whose prompt begins like an earlier one (a task's system prompt and tools, a GRPO group's
+first prompt) prefills only the rest. The pages are published at admission, before they are
+computed, and prefill calls are ordered so that a request reading another's pages runs after
+the call that writes them: the G members of a group admitted together prefill their common
+prompt once, not G times.
 
 Policies and cache validity: the pool serves named policies ("current", "stale", ...) with a
-version each. KV computed under one set of weights is wrong for another, so a session's cached
-k/v are tagged with the (policy, version) that computed them and reused only by a turn of that
-same (policy, version); any other turn re-prefills the whole context. This is what SGLang's
-flush-on-update does, per session, and it keeps behaviour logprobs exact: every token of a turn
-is computed entirely by the weights its version number names.
+version each. KV computed under one set of weights is wrong for another, so cached k/v (a
+session's, and every shared prefix) are tagged with the weights that computed them (policy,
+version, install serial) and reused only by a turn of that same tag; any other turn
+re-prefills the whole context. Installing weights also flushes the shared prefixes of tags no
+longer served. This is SGLang's flush-on-update, and it keeps behaviour logprobs exact: every
+token of a turn is computed entirely by the weights its version number names.
 
 In-flight requests on `update_params`: `in_flight="finish"` lets running turns finish on the
 weights they started with (a request pins its `PolicyWeights`); `"abort"` restarts them on the
@@ -33,7 +43,7 @@ import collections
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -45,6 +55,7 @@ from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.sampling.forward import POOL_AXES, KVPool
 from agentrl_jax.sampling.kv_pages import PagedKVManager, Session
+from agentrl_jax.sampling.prefix_cache import PrefixNode
 from agentrl_jax.sampling.steps import RowParams, compile_steps
 from agentrl_jax.sampling.types import (
     FinishReason,
@@ -83,6 +94,7 @@ class EngineConfig:
       in_flight: "finish" or "abort" (see the module docstring).
       max_stop_ids: stop token ids per request the device checks.
       seed: seeds requests that bring none.
+      prefix_cache: share the k/v of common prompt prefixes between requests.
     """
 
     max_batch: int = 32
@@ -97,6 +109,7 @@ class EngineConfig:
     in_flight: str = "finish"
     max_stop_ids: int = 8
     seed: int = 0
+    prefix_cache: bool = True
 
     def __post_init__(self):
         if not self.prefill_batch_buckets or min(self.prefill_batch_buckets) < 1:
@@ -119,6 +132,25 @@ class EngineConfig:
         return tuple(sorted({min(r, self.max_batch) for r in self.prefill_batch_buckets}))
 
 
+# Cumulative counters of `SamplingEngine.prefill_stats`; the rest of its keys are derived or now.
+PREFILL_COUNTERS = ("prefill_tokens_requested", "prefill_tokens_computed",
+                    "prefill_tokens_reused", "prefix_reused_tokens", "prefix_cache_evictions")
+
+
+def prefill_window(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Prefill stats between two `prefill_stats()` snapshots (`before` may be empty).
+
+    prefill_tokens_requested = computed + reused, where reused counts a session's own k/v
+    and shared prefixes; prefix_cache_hit_rate = prefix_reused_tokens / requested (0 with
+    nothing requested); prefix_cache_pages is `after`'s (pages the cache holds then).
+    """
+    out = {k: after[k] - before.get(k, 0.0) for k in PREFILL_COUNTERS}
+    requested = out["prefill_tokens_requested"]
+    out["prefix_cache_hit_rate"] = out["prefix_reused_tokens"] / requested if requested else 0.0
+    out["prefix_cache_pages"] = after["prefix_cache_pages"]
+    return out
+
+
 def _bucket(buckets: Sequence[int], n: int) -> int:
     return buckets[min(bisect.bisect_left(buckets, n), len(buckets) - 1)]
 
@@ -139,6 +171,8 @@ class _Turn:
     reused: int = 0
     stop_string: str | None = None
     prefilled: int = 0  # prompt tokens whose k/v are in the pool so far (during admission)
+    waits: list[PrefixNode] = dataclasses.field(default_factory=list)  # others' pages it reads
+    pending: list[PrefixNode] = dataclasses.field(default_factory=list)  # its pages to compute
 
     def restart(self) -> None:
         self.policy, self.tokens, self.logprobs, self.stop_string = None, [], [], None
@@ -193,8 +227,9 @@ class SamplingEngine:
         self._prefill, self._decode = compile_steps(
             self.cfg, config.page_size, config.steps_per_sync, cache_sharding
         )
-        self.pages = PagedKVManager(config.num_pages, config.page_size)
+        self.pages = PagedKVManager(config.num_pages, config.page_size, config.prefix_cache)
         self._policies: dict[str, PolicyWeights] = {}
+        self._serials = itertools.count()
         self._waiting: collections.deque[_Turn] = collections.deque()
         self._running: list[_Turn] = []
         self._ids = itertools.count()
@@ -228,7 +263,8 @@ class SamplingEngine:
 
     def install(self, policy: str, version: int, weights: SamplerWeights) -> None:
         """`update_params` with weights already prepared by `prepare_weights`."""
-        self._policies[policy] = PolicyWeights(policy, version, weights)
+        self._policies[policy] = PolicyWeights(policy, version, weights, next(self._serials))
+        self._flush_unserved()
         if self.config.in_flight == "abort":
             for turn in [t for t in self._running if t.policy.name == policy]:
                 self._running.remove(turn)
@@ -238,6 +274,11 @@ class SamplingEngine:
 
     def remove_policy(self, policy: str) -> None:
         del self._policies[policy]
+        self._flush_unserved()
+
+    def _flush_unserved(self) -> None:
+        served = {p.tag for p in self._policies.values()}
+        self.pages.flush(lambda tag: tag in served)
 
     @property
     def policies(self) -> dict[str, int]:
@@ -279,6 +320,20 @@ class SamplingEngine:
         """Frees an episode's cached KV (when its turn is not in flight)."""
         self.pages.drop(session_id)
 
+    def prefill_stats(self) -> dict[str, float]:
+        """Prefill work and the shared-prefix cache since the engine started (see
+        `prefill_window` for the keys; a window between two snapshots is `prefill_window`)."""
+        cache = self.pages.cache
+        totals = {
+            "prefill_tokens_requested": float(self.stats["prefill_tokens_requested"]),
+            "prefill_tokens_computed": float(self.stats["prefilled_tokens"]),
+            "prefill_tokens_reused": float(self.stats["reused_tokens"]),
+            "prefix_reused_tokens": float(self.stats["prefix_reused_tokens"]),
+            "prefix_cache_evictions": float(cache.evictions if cache is not None else 0),
+            "prefix_cache_pages": float(self.pages.cache_pages),
+        }
+        return prefill_window({}, totals)
+
     @property
     def has_work(self) -> bool:
         return bool(self._waiting or self._running)
@@ -310,6 +365,8 @@ class SamplingEngine:
             except Exception as e:  # fail the turns of the failed call, as admission errors do
                 for turn in admitted:
                     if turn.session is not None and turn not in self._running:
+                        # Pages it never computed must not be found by anyone later.
+                        self.pages.trim_unready(turn.session, detach=True)
                         self._fail(turn, e)
         middle = time.perf_counter()
         groups: dict[int, list[_Turn]] = collections.defaultdict(list)
@@ -418,24 +475,25 @@ class SamplingEngine:
             turn.session = self.pages.acquire(request.session_id)
         session, policy, prompt = turn.session, self._policies[request.policy], list(request.prompt)
         turn.max_new = min(request.params.max_new_tokens, config.max_context - len(prompt))
+        invalidated = bool(session.tokens) and session.tag != policy.tag
+        reuse, shared = self.pages.prepare(session, policy.tag, prompt)
         if not self.pages.reserve(session, len(prompt) + turn.max_new):
+            # A waiting request holds no page still to be computed by a request that goes on.
+            self.pages.trim_unready(session)
             if not self._running and not pending:
                 raise MemoryError(
                     f"a request of {len(prompt) + turn.max_new} tokens does not fit the KV pool"
                 )
             return False
         turn.policy = policy
-        reuse = 0
-        if session.tag == policy.tag:
-            for a, b in zip(session.tokens, prompt[:-1], strict=False):
-                if a != b:
-                    break
-                reuse += 1
-        elif session.tokens:
-            self.stats["invalidated_sessions"] += 1
-        session.tokens, session.tag = prompt[:reuse], policy.tag
+        turn.waits = [n for n in session.nodes if not n.ready]
+        turn.pending = self.pages.publish(session, prompt, reuse)
         turn.reused = turn.prefilled = reuse
+        self.stats["invalidated_sessions"] += invalidated
+        self.stats["prefill_tokens_requested"] += len(prompt)
         self.stats["reused_tokens"] += reuse
+        self.stats["prefix_reused_tokens"] += reuse if shared else 0
+        self.stats["prefix_hits"] += shared
         self.stats["prefilled_tokens"] += len(prompt) - reuse
         return True
 
@@ -444,7 +502,8 @@ class SamplingEngine:
 
         In rounds: a round prefills the next chunk (at most the largest prefill bucket) of every
         turn with prompt left, in calls of up to the largest row bucket, one policy per call;
-        fresh prompts (no cached context: no context read) go apart from continuations.
+        fresh prompts (no cached context: no context read) go apart from continuations. A turn
+        that reads shared pages another turn has still to compute waits for a later round.
         """
         largest, max_rows = self._prefill_buckets[-1], self._prefill_rows[-1]
         page = self.config.page_size
@@ -453,7 +512,10 @@ class SamplingEngine:
         while left:
             calls: dict[tuple[bool, int], list[_Turn]] = collections.defaultdict(list)
             for turn in left:
-                calls[turn.prefilled == 0, id(turn.policy)].append(turn)
+                if all(n.ready for n in turn.waits):
+                    calls[turn.prefilled == 0, id(turn.policy)].append(turn)
+            if not calls:  # pages are only ever read after those of earlier admissions
+                raise RuntimeError("prefill waits on shared pages that no turn computes")
             for (fresh, _), group in calls.items():
                 for i in range(0, len(group), max_rows):
                     batch = group[i : i + max_rows]
@@ -470,6 +532,8 @@ class SamplingEngine:
                     )
                     for row, (turn, _, hi) in enumerate(chunks):
                         turn.prefilled = hi
+                        for node in turn.pending:  # written by the call just issued
+                            node.ready = node.ready or (node.depth + 1) * page <= hi
                         if hi == len(turn.request.prompt):
                             first[turn.id] = (token, logprob, row)
             left = [t for t in left if t.prefilled < len(t.request.prompt)]

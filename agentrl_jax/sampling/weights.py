@@ -100,8 +100,11 @@ class PolicyWeights:
     name: str
     version: int
     weights: SamplerWeights
+    serial: int = 0  # which install this is (the engine counts them)
 
     @property
-    def tag(self) -> tuple[str, int]:
-        """What a session's cached KV is valid for: the (policy, version) that computed it."""
-        return self.name, self.version
+    def tag(self) -> tuple[str, int, int]:
+        """What cached KV is valid for: the (policy, version) that computed it, and the install
+        serial, so that weights re-installed under a version number already used never share
+        KV with the earlier ones."""
+        return self.name, self.version, self.serial

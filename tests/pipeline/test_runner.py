@@ -83,6 +83,12 @@ def test_pipeline_trains_and_syncs_weights(stack, fleet, tokenizer, mode):
     for report in reports:
         assert report.metrics["num_rollouts"] >= 4  # at least groups_per_step × group_size
         assert np.isfinite(report.metrics["grad_norm"])
+        # the sampler's prefill work over the step, the shared-prefix cache's part in it
+        m = report.metrics
+        assert m["sampler_prefill_tokens_requested"] > 0
+        assert m["sampler_prefill_tokens_requested"] == (
+            m["sampler_prefill_tokens_computed"] + m["sampler_prefill_tokens_reused"])
+        assert 0 <= m["sampler_prefix_cache_hit_rate"] <= 1
         for r in report.rollouts:
             sampled = r.versions[r.loss_mask > 0]
             if mode == "sync":  # lockstep: every token from the weights of the step before

@@ -134,11 +134,16 @@ def _episode(engine, session_id, turns=4, policy="current", seed=0):
 
 
 def test_session_reuse_gives_identical_greedy_outputs(llama):
-    with_reuse, reused = _episode(make_engine(llama), "ep")
-    without, reused_none = _episode(make_engine(llama), None)
+    with_reuse, reused = _episode(make_engine(llama, prefix_cache=False), "ep")
+    without, reused_none = _episode(make_engine(llama, prefix_cache=False), None)
     assert with_reuse == without
     assert reused[0] == 0 and all(r > 0 for r in reused[1:])
     assert reused_none == [0] * 4
+    # Without a session, the shared-prefix cache still finds the earlier turns' whole pages.
+    shared, reused_shared = _episode(make_engine(llama), None)
+    assert shared == without
+    assert reused_shared[0] == 0
+    assert all(r > 0 and r % 4 == 0 for r in reused_shared[1:])
 
 
 def test_eviction_under_memory_pressure_re_prefills_transparently(llama):
