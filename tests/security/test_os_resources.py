@@ -40,9 +40,14 @@ def worker():
 
 
 def _worker_groups(controller: str) -> list[str]:
-    """The cgroup parents of the workers this test process started (not other processes')."""
-    return [os.path.join(cgroup.own_cgroup(controller), f"agentrl_jax-{pid}")
-            for pid in child_pids()]
+    """The cgroup parents of the OS workers this test process started (not other processes').
+
+    Other children of the test process (workers of other tasks, from other modules' fixtures)
+    have no such group, so only the groups that exist are the workers'.
+    """
+    groups = [os.path.join(cgroup.own_cgroup(controller), f"agentrl_jax-{pid}")
+              for pid in child_pids()]
+    return [group for group in groups if os.path.isdir(group)]
 
 
 def _machine_cgroups(controller: str) -> list[str]:
