@@ -3,15 +3,15 @@
 XLA on CPU allocates every execution's buffers (temporaries, outputs) with malloc and frees them
 when it returns. glibc serves large blocks with mmap, or from per-thread arenas that it trims,
 and hands them back to the kernel on free; the next execution then page-faults and zeroes all
-of them again. A SmolLM2-135M train step (batch 4 × 512, fp32) touched ~4.4 GB of fresh pages
-that way: 1.1M page faults and ~1.9 s of kernel time per step, ~13% of the step's CPU time.
+of them again, and a training step spends a large share of its CPU time in the kernel doing it
+(the train-step benchmark's commit history has the figures).
 
 `keep_freed_memory()` sets three glibc malloc options: one arena for all threads, no mmap for
 large blocks, no trimming of the heap. Freed blocks then stay mapped and the next step reuses
-them (page faults per step: 1.1M -> ~20K). The price: the process keeps its peak heap mapped
+them. The price: the process keeps its peak heap mapped
 (resident) until it exits, and a process that runs many shapes (a sampler and a trainer with
-several buckets) keeps the largest heap any of them needed (a SmolLM2-135M main job with it
-reached 14 GB and was killed for memory on a 24 GB machine). So it is opt-in, for CPU training
+several buckets) keeps the largest heap any of them needed, enough to exhaust a 24 GB machine
+in a SmolLM2-135M main job. So it is opt-in, for CPU training
 processes that run a few shapes: the CPU main job (`launch.local`) and the train-step benchmark
 call it. The arena limit only binds threads that have not allocated yet, so it must run before
 JAX starts its CPU client's threads (before the first array or device query).

@@ -9,9 +9,9 @@ the trainer takes every complete group available (AgentRL drains the buffer each
 Staleness: a rollout's lag is the trainer's version minus the oldest weight version among the
 tokens its trained policy sampled (policy id 0, "current" in `rollout.cross_policy`). Turns of
 the stale snapshot are old on purpose (cross-policy sampling; the importance ratio against
-their behaviour log-probs corrects for them) and do not count: counting them made every
-multi-turn group that drew a snapshot turn "stale" once the snapshot was max_staleness versions
-old, so only one-turn episodes were trained until the next refresh. With `max_staleness` set,
+their behaviour log-probs corrects for them) and do not count: counted, they would make every
+multi-turn group that drew a snapshot turn stale as soon as the snapshot is max_staleness
+versions old. With `max_staleness` set,
 groups whose lag exceeds it are dropped (counted, not trained); the lag of everything taken is
 recorded as a distribution.
 """

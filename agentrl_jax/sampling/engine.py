@@ -407,7 +407,7 @@ class SamplingEngine:
         """Compiles every bucket shape, so traffic afterwards never compiles.
 
         Returns once the warm-up calls have run, not just been dispatched: otherwise the first
-        requests wait behind them (20 s of queued prefill for the multi-turn benchmark's shapes).
+        requests would wait behind them and be timed with them.
         """
         weights = next(iter(self._policies.values())).weights
         page = self.config.page_size
