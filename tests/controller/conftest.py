@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from controller_fleet import ThreadFleet
+
+from tests.support.controller_fleet import ThreadFleet
 
 
 @pytest.fixture

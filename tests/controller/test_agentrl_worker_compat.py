@@ -14,10 +14,10 @@ import importlib.util
 
 import httpx
 import pytest
-from controller_fleet import AgentRLWorker, ResettingProxy, ThreadFleet, multiply_call
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.wire import SampleStatus
+from tests.support.controller_fleet import AgentRLWorker, ResettingProxy, ThreadFleet, multiply_call
 
 
 def _missing_dependency() -> str | None:

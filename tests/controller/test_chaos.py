@@ -29,7 +29,6 @@ from collections.abc import Callable
 import aiohttp
 import httpx
 import pytest
-from controller_fleet import AgentRLWorker, ResettingProxy, echo_call, free_port, multiply_call
 
 from launch.env_fleet import (
     ServerProcess,
@@ -38,6 +37,13 @@ from launch.env_fleet import (
     start_server,
     wait_ready,
     worker_argv,
+)
+from tests.support.controller_fleet import (
+    AgentRLWorker,
+    ResettingProxy,
+    echo_call,
+    free_port,
+    multiply_call,
 )
 
 pytestmark = [

@@ -7,11 +7,11 @@ import signal
 import socket
 
 import pytest
-from controller_fleet import ThreadFleet, echo_call
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.wire import SampleStatus
 from launch.env_fleet import EnvFleet
+from tests.support.controller_fleet import ThreadFleet, echo_call
 
 CONTROLLER = dict(heartbeat_timeout_s=2.0, liveness_interval_s=0.1, probe_timeout_s=1.0,
                   clean_interval_s=0.5, sync_interval_s=1.0)

@@ -6,9 +6,10 @@ import json
 
 import httpx
 import pytest
-from controller_fleet import ThreadFleet, echo_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.support.controller_fleet import ThreadFleet, echo_call
 
 LAST_SESSION = "<last session>"   # replaced by the id of the last session a fuzzed start opened
 

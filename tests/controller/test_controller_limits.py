@@ -4,7 +4,8 @@ malformed agent turns; and the shape of its 422s."""
 from __future__ import annotations
 
 import httpx
-from controller_fleet import echo_call
+
+from tests.support.controller_fleet import echo_call
 
 
 def start(fleet, index=0) -> int:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from controller_fleet import ResettingProxy, echo_call
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.wire import SampleStatus
 from environments.echo import EchoTask
+from tests.support.controller_fleet import ResettingProxy, echo_call
 
 
 def test_resetting_network_loses_no_session(make_fleet):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from controller_fleet import echo_call
 
 from agentrl_jax.controller.client import ControllerClient, ControllerRequestError
 from agentrl_jax.controller.wire import SampleStatus
 from environments.echo import EchoTask
 from environments.worker.task import EpisodeResult, Task
+from tests.support.controller_fleet import echo_call
 
 
 def client(fleet, **kwargs) -> ControllerClient:

@@ -50,7 +50,7 @@ class CoinTask(Task):
 
 @pytest.fixture
 def coin_fleet():
-    from tests.controller.controller_fleet import ThreadFleet
+    from tests.support.controller_fleet import ThreadFleet
 
     fleet = ThreadFleet()
     fleet.add_worker(CoinTask("coin-train"), concurrency=32)

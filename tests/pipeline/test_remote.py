@@ -24,8 +24,8 @@ from agentrl_jax.pipeline.wire_format import (
 )
 from agentrl_jax.rl import advantages
 from agentrl_jax.sampling import EngineConfig
-from tests.pipeline.test_pipeline_parts import rollout
-from tests.pipeline.test_runner import _configs, stack  # noqa: F401 - fixture
+from tests.support.pipeline_stack import pipeline_configs
+from tests.support.rollouts import rollout
 
 
 def test_rollout_and_weights_survive_the_wire():
@@ -108,7 +108,7 @@ def _spawn_worker(hub_url, worker_id):
 
 def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer):  # noqa: F811
     engine, trainer = stack
-    pcfg, agent = _configs(tokenizer, "async", steps=5, max_staleness=1)
+    pcfg, agent = pipeline_configs(tokenizer, "async", steps=5, max_staleness=1)
     pcfg.rollout_workers = 0  # every rollout comes from the worker processes
     spec = make_spec(trainer.model(trainer.init_state(0).params).cfg, "smollm2-135m-instruct",
                      fleet.url, EngineConfig(max_batch=8, page_size=16, num_pages=256,

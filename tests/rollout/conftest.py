@@ -5,7 +5,7 @@ import pytest
 
 @pytest.fixture
 def fleet():
-    from tests.controller.controller_fleet import ThreadFleet
+    from tests.support.controller_fleet import ThreadFleet
 
     fleet = ThreadFleet()
     yield fleet
