@@ -12,6 +12,7 @@ end with `task error`, which the advantage step masks out rather than scores.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import random
@@ -70,7 +71,7 @@ async def run_episode(
     """Plays one episode of `task` sample `index`; never raises for episode-level failures."""
     rng = rng or random.Random()
     try:
-        started = await client.start_sample(task, index)
+        started = await _start(client, task, index)
     except Exception as error:  # noqa: BLE001 - any failure to start is a task error
         log.warning("start_sample(%s, %s) failed: %s", task, index, error)
         return Rollout.failed(task, index, group_id, member, f"start_sample: {error!r}")
@@ -132,6 +133,27 @@ async def run_episode(
         reward=float(reward), status=SampleStatus.parse(status), num_turns=turns,
         metrics=metrics, messages=conv.messages, error=error,
     )
+
+
+async def _start(client: ControllerClient, task: str, index: SampleIndex):
+    """`client.start_sample`, and if we are cancelled meanwhile, the started session ended.
+
+    A start that is cancelled in flight (the pipeline stopping its rollout workers) may already
+    have made a session at the controller; without its id nobody would end it, and it would hold
+    a worker's capacity until the controller's idle expiry. So the start runs shielded, and a
+    cancelled caller waits for it and cancels the session before passing the cancellation on.
+    """
+    start = asyncio.ensure_future(client.start_sample(task, index))
+    try:
+        return await asyncio.shield(start)
+    except asyncio.CancelledError:
+        try:
+            started = await start
+            if not started.finish:
+                await client.cancel(started.session_id)
+        except Exception as exc:  # noqa: BLE001 - the controller's idle expiry will clean up
+            log.warning("ending the session of a cancelled start failed: %r", exc)
+        raise
 
 
 async def _end_episode(client, generator, session_id: int, session_key: str,

@@ -174,3 +174,36 @@ def test_policy_mix_frequencies_follow_weights():
     rng = random.Random(1)
     picks = [mix.choose(rng) for _ in range(4000)]
     assert abs(np.mean([p == "stale" for p in picks]) - 0.25) < 0.03
+
+
+class _HeldStartClient(ControllerClient):
+    """A real client whose `start_sample` returns only once `release` is set: the session exists
+    at the controller while its caller is still waiting for the id."""
+
+    def __init__(self, url):
+        super().__init__(url, start_jitter_s=0)
+        self.reached, self.release = asyncio.Event(), asyncio.Event()
+
+    async def start_sample(self, task, index):
+        started = await super().start_sample(task, index)
+        self.reached.set()
+        await self.release.wait()
+        return started
+
+
+def test_an_episode_cancelled_while_starting_ends_its_session(fleet, tokenizer):
+    fleet.add_worker(EchoTask(rounds=3))
+
+    async def go():
+        async with _HeldStartClient(fleet.url) as client:
+            episode = asyncio.create_task(run_episode(
+                client, ScriptedGenerator(tokenizer, echo_reply), _agent(tokenizer), "echo", 0))
+            await client.reached.wait()
+            assert [s["status"] for s in fleet.sessions().values()] == ["running"]
+            episode.cancel()   # as the pipeline cancels its rollout workers when it stops
+            client.release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await episode
+
+    asyncio.run(go())
+    fleet.wait_for(lambda: all(s["status"] != "running" for s in fleet.sessions().values()))
