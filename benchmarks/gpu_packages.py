@@ -1,6 +1,6 @@
 """The Python packages the GPU machine lacks and the accelerator suite needs: the wheels to carry.
 
-The GPU machine (see /work/.library/device/KINDS.md) has Python 3.12 with JAX (CUDA), flax, optax,
+The GPU machine has Python 3.12 with JAX (CUDA), flax, optax,
 orbax, transformers, numpy, httpx and ~200 more packages, and reaches no package registry. What
 our package imports beyond those travels as wheels in `.whl/` (scripts/gpu_wheels.sh), at most
 64 MiB a call together with the working tree.
