@@ -17,15 +17,14 @@ from agentrl_jax.evaluation import protocol
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.sft import stage as sft_stage
-
-TASKS = ("alfworld", "db", "kg", "os_interaction", "webshop")
+from environments.registry import AGENTBENCH_FC
 
 
 def env_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
         controller_url="",  # an existing (AgentRL-compatible) controller; "" starts our own
         sandbox=True,  # each task worker in its own bubblewrap sandbox
-        tasks=TASKS,
+        tasks=AGENTBENCH_FC,
         concurrency=64,  # episodes per worker
         train_split="train",
         test_split="test",

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 import httpx
 import uvicorn
 
+from environments.registry import task_key
+
 if TYPE_CHECKING:   # only for annotations: the sandbox package is imported on demand
     from environments.sandbox import WorkerSandbox
 
@@ -250,7 +252,7 @@ def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bo
         fleet.add_workers([dict(task=task, sandbox=sandbox, concurrency=concurrency,
                                 idle_timeout=idle_timeout_s, params=[f"split={split}"])
                            for task in tasks for split in splits])
-        names = {f"{task}-{split}" for task in tasks for split in splits}
+        names = {task_key(task, split) for task in tasks for split in splits}
         fleet.wait_until(lambda listing: names <= {
             name for name, workers in listing.items()
             if any(w["status"] == "alive" for w in workers)}, timeout_s=120)

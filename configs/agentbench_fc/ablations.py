@@ -23,7 +23,7 @@ import importlib
 
 import ml_collections
 
-from configs.agentbench_fc import base
+from environments.registry import AGENTBENCH_FC
 
 DEFAULT_MODEL = "qwen25_14b"
 MODELS = ("qwen25_3b", "qwen25_7b", "qwen25_14b", "qwen25_32b", "glm4_9b")
@@ -32,7 +32,7 @@ SINGLE_TASK = "single_task_"
 
 def ablations() -> list[str]:
     return ["no_cross_policy", "no_task_adv_norm", "lora",
-            *(SINGLE_TASK + t for t in base.TASKS)]
+            *(SINGLE_TASK + t for t in AGENTBENCH_FC)]
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
@@ -54,7 +54,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.rl.trainer.optimizer.learning_rate = 1e-5
     else:
         c.env.tasks = (ablation.removeprefix(SINGLE_TASK),)
-        c.eval.tasks = base.TASKS  # Table 4: specialists are tested on every task
+        c.eval.tasks = AGENTBENCH_FC  # Table 4: specialists are tested on every task
     c.name = f"{model}-{ablation}"
     c.run_dir = f"runs/agentbench_fc/{c.name}"
     return c

@@ -15,9 +15,10 @@ taking 25% of turns, refreshed every 25 steps; 16,384 tokens per micro-batch; 10
 checkpoint (AgentRL: validation) every 25. Evaluation: the test splits, 4 runs (the paper's
 mean ± std over 4), after RL. Qwen models start RL straight from the Instruct checkpoint.
 
-Task names: the controller is asked for `{task}-{split}`. Our fleet (`launch.env_fleet`) serves
-`db-train`, `db-test`, ...: the defaults. An AgentRL/AgentBench fleet names them e.g.
-`dbbench-env_train` / `dbbench-std`:
+Task names: the tasks default to the suite `environments.registry.AGENTBENCH_FC`, and the
+controller is asked for `TASK-SPLIT` (`environments.registry.task_key`). Our fleet
+(`launch.env_fleet`) serves `db-train`, `db-test`, ...: the defaults. An AgentRL/AgentBench
+fleet names them e.g. `dbbench-env_train` / `dbbench-std`:
 
     --config.env.tasks="('alfworld','dbbench','kg','os','webshop')" \
     --config.env.train_split=env_train --config.env.test_split=std
@@ -35,9 +36,7 @@ import ml_collections
 
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
-
-# AgentBench-FC's five tasks, by the names of our environments.
-TASKS = ("alfworld", "db", "kg", "os_interaction", "webshop")
+from environments.registry import AGENTBENCH_FC
 
 
 def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
@@ -50,7 +49,7 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
 
     c.env = ml_collections.ConfigDict(dict(
         controller_url="",  # required: the environment fleet's controller
-        tasks=TASKS,
+        tasks=AGENTBENCH_FC,
         train_split="train",
         test_split="test",
     ))
@@ -91,7 +90,7 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
     c.rl.checkpoint.update(every=25, keep=3)
 
     c.eval = ml_collections.ConfigDict(dict(
-        tasks=TASKS,  # what the trained policy is tested on (single-task runs: all five)
+        tasks=AGENTBENCH_FC,  # what the trained policy is tested on (single-task runs: all five)
         per_task=ml_collections.config_dict.placeholder(int),  # None: every test index
         runs=4,
         concurrency=256,

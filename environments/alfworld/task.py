@@ -19,6 +19,7 @@ from typing import Any
 from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.alfworld import games
 from environments.alfworld.engine import AlfworldGame, Observation
+from environments.registry import task_key
 from environments.worker.task import EpisodeResult, Session, Task
 
 MAX_STEPS = 20
@@ -79,7 +80,7 @@ class AlfworldTask(Task):
         if split not in ("train", "test"):
             raise ValueError(f"split is 'train' or 'test', got {split!r}")
         self.split = split
-        self.name = f"alfworld-{split}"
+        self.name = task_key("alfworld", split)
         self.root = games.data_root(data_path, seed)
         self.game_files = games.list_games(self.root, split)
         if not self.game_files:

@@ -24,6 +24,7 @@ from environments.db.backends import STATEMENT_TIMEOUT_S, Database, open_databas
 from environments.db.data import DEFAULT_DATA_DIR, load_split
 from environments.db.grading import answers_match, is_modification, md5_from_result
 from environments.db.sqlite_guard import DEFAULT_MEMORY_LIMIT_BYTES
+from environments.registry import task_key
 from environments.worker.task import EpisodeResult, Session, Task, ToolCall
 
 SYSTEM_PROMPT = """I will ask you a question, then you should help me operate a MySQL database with SQL to answer the question.
@@ -100,7 +101,7 @@ class DBTask(Task):
                  memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_BYTES // 2**20,
                  statement_timeout_s: float = STATEMENT_TIMEOUT_S) -> None:
         self.split = split
-        self.name = f"db-{split}"
+        self.name = task_key("db", split)
         self.backend = backend
         self.max_rounds = max_rounds
         self.concurrency = concurrency

@@ -36,6 +36,7 @@ from environments.kg.query_processes import (
 )
 from environments.kg.sparql import RemoteEndpoint
 from environments.kg.tools import TOOL_PARAMETERS, Schema, ToolBox, Variable
+from environments.registry import task_key
 from environments.worker.blocking import SessionCalls
 from environments.worker.task import EpisodeResult, Session, Task, ToolCall
 
@@ -70,7 +71,7 @@ class KnowledgeGraphTask(Task):
         if split not in ("train", "test"):
             raise ValueError(f"split is 'train' or 'test', not {split!r}")
         self.split = split
-        self.name = f"kg-{split}"
+        self.name = task_key("kg", split)
         self.max_rounds = max_rounds
         self.one_shot = split == "test" if one_shot is None else one_shot
         if concurrency is not None:

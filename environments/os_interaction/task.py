@@ -46,6 +46,7 @@ from environments.os_interaction.machine import (
     default_rootfs_dir,
     image_path,
 )
+from environments.registry import task_key
 from environments.sandbox import Limits, cgroup
 from environments.sandbox.config import default_worker_memory_bytes
 from environments.sandbox.layer import remove_stale_layers
@@ -132,7 +133,7 @@ class OSTask(Task):
                  root: str = "auto", memory_mb: int = 2048, disk_mb: int = 1024,
                  cpus: float = 1.0, worker_memory_mb: int | None = None) -> None:
         self.split = split
-        self.name = f"os_interaction-{split}"
+        self.name = task_key("os_interaction", split)
         self.max_rounds = max_rounds
         self.concurrency = concurrency
         self.problems = load_split(split, data_dir or DEFAULT_DATA_DIR)

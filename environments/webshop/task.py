@@ -28,6 +28,7 @@ import pathlib
 from typing import Any
 
 from agentrl_jax.episode import SampleIndex, SampleStatus
+from environments.registry import task_key
 from environments.webshop import data
 from environments.webshop.site import Browser, Shop
 from environments.worker.agent_input import argument_error
@@ -108,7 +109,7 @@ class WebShopTask(Task):
         if split not in ("train", "test"):
             raise ValueError(f"split is 'train' or 'test', got {split!r}")
         self.split = split
-        self.name = f"webshop-{split}"
+        self.name = task_key("webshop", split)
         store = data.load_store(seed, num_products, train_goals, test_goals,
                                 root=pathlib.Path(data_path) if data_path else None)
         self.goals: list[dict[str, Any]] = store["goals"][split]

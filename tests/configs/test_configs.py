@@ -14,7 +14,8 @@ from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rollout.agent_loop import EpisodeLimits
 from agentrl_jax.sampling import EngineConfig, SamplingParams
-from configs.agentbench_fc import ablations, base
+from configs.agentbench_fc import ablations
+from environments.registry import AGENTBENCH_FC
 from launch import tpu_pod
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def test_model_configs_hold_the_papers_settings(model):
     c = load(f"{model}.py")
     assert c.name == model and c.run_dir == f"runs/agentbench_fc/{model}"
     assert (c.model.source, c.model.parser) == ("hf", MODELS[model])
-    assert c.env.tasks == base.TASKS and c.eval.tasks == base.TASKS
+    assert c.env.tasks == AGENTBENCH_FC and c.eval.tasks == AGENTBENCH_FC
     p = c.rl.pipeline
     assert (p.mode, p.groups_per_step, p.group_size, p.steps) == ("async", 256, 8, 1000)
     assert p.max_groups_per_step is None  # every complete group, as AgentRL
@@ -137,10 +138,10 @@ def test_ablations_change_exactly_what_they_ablate():
         "rl.trainer.lora.enabled": (False, True),
         "rl.trainer.lora.base_dtype": (None, "bfloat16"),
         "rl.trainer.optimizer.learning_rate": (1e-6, 1e-5)}
-    for task in base.TASKS:
+    for task in AGENTBENCH_FC:
         specialist = load(f"ablations.py:single_task_{task}")
-        assert _difference(full, specialist) == {"env.tasks": (base.TASKS, (task,))}
-        assert specialist.eval.tasks == base.TASKS  # tested on all five (Table 4)
+        assert _difference(full, specialist) == {"env.tasks": (AGENTBENCH_FC, (task,))}
+        assert specialist.eval.tasks == AGENTBENCH_FC  # tested on all five (Table 4)
     runs = {load(f"ablations.py:{a}").run_dir for a in ablations.ablations()}
     assert len(runs) == len(ablations.ablations())  # every ablation writes its own run
     assert full.run_dir not in runs
