@@ -14,6 +14,8 @@ import time
 import psutil
 import pytest
 
+from environments.registry import AGENTBENCH_FC, task_key
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAGES = ["demos", "sft", "eval_before", "rl", "eval_after", "report"]
 
@@ -90,8 +92,7 @@ def test_fast_mode_produces_every_stage_output(tmp_path, sft_cache):
     assert policy_dir.parent == sft_cache and (policy_dir / "tokenizer.json").exists()
     for name in ("eval_before", "eval_after"):
         result = json.loads((run_dir / f"{name}.json").read_text())
-        assert set(result["tasks"]) == {f"{t}-test" for t in
-                                        ("alfworld", "db", "kg", "os_interaction", "webshop")}
+        assert set(result["tasks"]) == {task_key(t, "test") for t in AGENTBENCH_FC}
         assert all(r["episodes"] == 1 for r in result["tasks"].values())
         assert (run_dir / f"{name}.md").read_text().startswith(f"### {name}")
         transcripts = [json.loads(x) for x in

@@ -19,6 +19,8 @@ import sys
 
 import pytest
 
+from environments.registry import parse_task_key
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 PER_TASK = 10
 WELL_FORMED = 0.9  # the bar for the first calls of every task
@@ -82,7 +84,7 @@ def test_the_defaults_warm_start_writes_well_formed_first_calls(tmp_path):
     for path in stages["demos"]["files"]:
         for line in pathlib.Path(path).read_text().splitlines():
             demo = json.loads(line)
-            task = demo["task"].rsplit("-", 1)[0]
+            task = parse_task_key(demo["task"]).task
             turn = next(m for m in demo["messages"] if m["role"] == "assistant")
             first_tools.setdefault(task, set()).add(turn["tool_calls"][0]["function"]["name"])
             tools[task] = demo["tools"]
@@ -91,7 +93,7 @@ def test_the_defaults_warm_start_writes_well_formed_first_calls(tmp_path):
     well_formed, right_tool = {}, {}
     for task in sorted(first_tools):
         calls = [first_call(e["messages"], tools[task]) for e in episodes
-                 if e["task"].rsplit("-", 1)[0] == task]
+                 if parse_task_key(e["task"]).task == task]
         assert len(calls) == PER_TASK
         well_formed[task] = sum(c is not None for c in calls) / len(calls)
         right_tool[task] = sum(c in first_tools[task] for c in calls) / len(calls)

@@ -16,9 +16,11 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from environments.registry import AGENTBENCH_FC
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO_ROOT / "notebooks" / "agentrl_demo.ipynb"
-TASKS = ("alfworld", "db", "kg", "os_interaction", "webshop")
+TASKS = AGENTBENCH_FC   # the default config's tasks
 
 
 def outputs_of(cell) -> str:
