@@ -4,8 +4,9 @@
     python docs/make_config_reference.py --check   # exit 1 if the page is out of date
 
 The keys and defaults come from the real ConfigDicts (`configs/local_default.py`, its `:fast`
-mode, `configs/local_smollm2.py`, `configs/agentbench_fc/*`), so the page cannot drift from the
-code without `--check` noticing; the meanings are the `MEANINGS` table below. A key without a
+mode, `configs/local_smollm2.py`, `configs/agentbench_fc/*`, `configs/eval.py`), so the page
+cannot drift from the code without `--check` noticing; the meanings are the `MEANINGS` and
+`EVAL_MEANINGS` tables below. A key without a
 meaning is an error: describe it here when you add it to a config.
 """
 
@@ -195,6 +196,39 @@ for _field, _meaning in OPTIMIZER.items():
 for _field, _meaning in LORA.items():
     MEANINGS[f"sft.lora.{_field}"] = MEANINGS[f"rl.trainer.lora.{_field}"] = _meaning
 
+# `launch.eval`'s config (configs/eval.py): None takes the evaluated run's value of the key.
+EVAL_MEANINGS: dict[str, str] = {
+    "checkpoint": "required: an HF model directory, a model-zoo name, or a launch.local run "
+                  "directory",
+    "step": "with a run directory: the RL checkpoint step whose parameters are evaluated; "
+            "None: final_model, else the latest checkpoint",
+    "out": 'output directory; "" = RUN_DIR/eval_final or RUN_DIR/eval_step_N for a run, '
+           "else runs/eval",
+    "name": "file stem of the outputs (NAME.json, NAME.md)",
+    "seed": "seeds the episodes' sampling",
+    "env.controller_url": 'an AgentRL-compatible controller to use; "" starts a sandboxed '
+                          "fleet of eval.split workers",
+    "env.tasks": "tasks evaluated (folder names, or a name the controller serves as it is); "
+                 "None: the run's, else AgentBench-FC's five",
+    "env.sandbox": "each started worker in its own bubblewrap sandbox",
+    "env.concurrency": "episodes one started worker holds at once",
+    "model.parser": 'tool-call format; None: the run\'s, else "hermes"',
+    "eval.subset": '"test" (eval.split, spread evenly) or "validation" (the held-out slice '
+                   "of the run's train split)",
+    "eval.split": "the split evaluated with subset test (controller name TASK-split)",
+    "eval.per_task": "indices per task (evaluation/protocol.py); None: the run's, else every "
+                     "test index / protocol.VALIDATION_PER_TASK",
+    "eval.runs": "passes over each index (k; success reported as mean ± std)",
+    "eval.temperature": "sampling temperature of the evaluation (AgentRL: 0.8)",
+    "eval.concurrency": "evaluation episodes in flight",
+    "rl.limits.max_turns": "turn limit; None: the run's, else rl_stage's default",
+    "rl.limits.max_context_tokens": "tokens per episode; None: the run's, else rl_stage's "
+                                    "default",
+    "rl.limits.max_new_tokens": "tokens per turn; None: the run's, else rl_stage's default",
+    "rl.engine.max_batch": "sampler decode slots; None: the run's, else rl_stage's default",
+    "rl.engine.num_pages": "KV pages; None: the run's, else rl_stage's default",
+}
+
 # Keys whose agentbench_fc value is set by each model file, not by base.py.
 PER_MODEL = {"name": "per model file", "model.parser": "per model file",
              "run_dir": '`"runs/agentbench_fc/NAME"`'}
@@ -245,11 +279,14 @@ def agentbench_fc() -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
 
 
 def render() -> str:
+    from configs import eval as eval_config
     from configs import local_default, local_smollm2
 
     local = flatten(local_default.get_config())
     fc, model_rows = agentbench_fc()
-    missing = sorted(k for k in {*local, *fc} if k not in MEANINGS)
+    evaluation = flatten(eval_config.get_config())
+    missing = sorted([k for k in {*local, *fc} if k not in MEANINGS]
+                     + [f"{k} (configs/eval.py)" for k in evaluation if k not in EVAL_MEANINGS])
     if missing:
         raise SystemExit("keys without a meaning in docs/make_config_reference.py: "
                          + ", ".join(missing))
@@ -270,6 +307,7 @@ def render() -> str:
         "python -m launch.local \"--config.env.tasks=('db','kg')\"            # tuples: literals",
         "python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_7b.py \\",
         "    --config.model.path=/models/Qwen2.5-7B-Instruct --config.env.controller_url=URL",
+        "python -m launch.eval --config.checkpoint=runs/local --config.eval.per_task=40",
         "```",
         "",
         "Two families of configs exist:",
@@ -314,6 +352,13 @@ def render() -> str:
                 "`rl.advantages.task_adv_norm` = False; `single_task_TASK` trains on "
                 "`env.tasks` = (TASK,) and still evaluates on all five; each gets its own "
                 "`run_dir`."]
+    out += ["", "## `launch.eval` (`configs/eval.py`)", "",
+            "The evaluation of any checkpoint (docs/evaluation.md). A key that is `None` here "
+            "takes the evaluated run's value of the same key (its `config.json`) when "
+            "`checkpoint` is a `launch.local` run directory, else the default named.", "",
+            "| key | default | meaning |", "| --- | --- | --- |"]
+    for key in sorted(evaluation, key=lambda k: (section_of(k) != "", section_of(k), k)):
+        out.append(f"| `{key}` | {show(evaluation[key])} | {EVAL_MEANINGS[key]} |")
     return "\n".join(out) + "\n"
 
 

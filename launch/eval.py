@@ -1,37 +1,39 @@
 """Evaluates a policy on each task's test split: k passes, mean ± std, how episodes ended.
 
-    python -m launch.eval --checkpoint runs/local/final_model          # an HF directory
-    python -m launch.eval --checkpoint smollm2-135m-instruct --tasks db,kg --runs 3
-    python -m launch.eval --checkpoint runs/local --step 20            # an RL checkpoint of a run
-    python -m launch.eval --checkpoint runs/local --subset validation  # held-out train indices
-    python -m launch.eval --checkpoint DIR --controller_url http://host:5020/api   # any fleet
+    python -m launch.eval --config.checkpoint=runs/local/final_model        # an HF directory
+    python -m launch.eval --config.checkpoint=smollm2-135m-instruct \
+        "--config.env.tasks=('db','kg')" --config.eval.runs=3
+    python -m launch.eval --config.checkpoint=runs/local --config.step=20   # an RL checkpoint
+    python -m launch.eval --config.checkpoint=runs/local --config.eval.subset=validation
+    python -m launch.eval --config.checkpoint=DIR --config.env.controller_url=http://host:5020/api
 
-`--checkpoint` is one of
+Settings are absl flags over an `ml_collections` config, `configs/eval.py` by default (every key
+and its default are described there); `--config=FILE` chooses another. `checkpoint` is one of
   * an HF model directory (weights + tokenizer): ours (`RUN_DIR/final_model`, the cached SFT
     policy) or any Llama / Qwen2 / GLM-4 checkpoint; or a model-zoo name;
-  * a run directory of `launch.local`: with `--step N`, the parameters of the RL checkpoint at
+  * a run directory of `launch.local`: with `step=N`, the parameters of the RL checkpoint at
     step N (`RUN_DIR/checkpoints`) on the run's model; without, `RUN_DIR/final_model` (or, before
-    RL has finished, its latest checkpoint). The run's `config.json` supplies the defaults of
-    `--tasks`, `--parser` and the episode limits, so a run is evaluated as it was trained.
+    RL has finished, its latest checkpoint). The run's `config.json` supplies what is left None
+    (`env.tasks`, `model.parser`, `eval.per_task`, the episode limits and engine sizes), so a
+    run is evaluated as it was trained.
 
-Episodes go through `--controller_url` (any AgentRL-compatible controller) or, by default, a
-fleet started here: a controller and one sandboxed worker per task. Which indices is the
-evaluation protocol's (`agentrl_jax/evaluation/protocol.py`): `--subset test` (default),
-`--per_task` indices spread evenly over each task's `--split`; `--subset validation`, the
-held-out slice of the train split that RL never draws (its first `demos.per_task` indices,
-the demonstrations', excluded). A run directory's config supplies `--per_task` (`eval.per_task`
-or `eval.validation_per_task`). Each index is played `--runs` times at `--temperature`
-(AgentRL: k=3, T=0.8); `--out` receives `eval.json` (per task: success and score per pass,
+Episodes go through `env.controller_url` (any AgentRL-compatible controller) or, by default, a
+fleet started here: a controller and one sandboxed worker per task. Every episode is played by
+the evaluation driver `agentrl_jax.evaluation.agentbench.evaluate`, on the indices of the
+evaluation protocol (`agentrl_jax/evaluation/protocol.py`): `eval.subset=test` (default),
+`eval.per_task` indices spread evenly over each task's `eval.split`; `eval.subset=validation`,
+the held-out slice of the train split that RL never draws (its first `demos.per_task` indices,
+the demonstrations', excluded). Each index is played `eval.runs` times at `eval.temperature`
+(AgentRL: k=3, T=0.8); `out` receives `NAME.json` (per task: success and score per pass,
 mean ± std, the success rate's 95% interval, termination fractions, every episode's outcome by
-index; the average over tasks; the settings) and `eval.md` (the table of the
-AgentRL paper's Table 7 layout). Task names: `db` means the controller's `db-test` (with
-`--split test`); a name the controller knows as it is (e.g. AgentRL's `dbbench-std`) is used
-unchanged.
+index; the average over tasks; the settings) and `NAME.md` (the table of the AgentRL paper's
+Table 7 layout). Task names: `db` means the controller's `db-test` (the registry's task key,
+with `eval.split=test`); a name the controller knows as it is (e.g. AgentRL's `dbbench-std`)
+is used unchanged.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -44,17 +46,32 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
 
+from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
-from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, Generator
 from agentrl_jax.rollout.record import Rollout
+from environments.registry import AGENTBENCH_FC, task_key
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-DEFAULT_TASKS = ("alfworld", "db", "kg", "os_interaction", "webshop")
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "eval.py"
+FLAGS = flags.FLAGS
 log = logging.getLogger("launch.eval")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS,
+                 sys_argv: Sequence[str] | None = None) -> None:
+    """The launcher's flag, `--config` (defined on demand, so importing this module defines
+    none); `sys_argv`: the command line, when it is not `sys.argv`."""
+    config_flags.DEFINE_config_file("config", str(DEFAULT_CONFIG), "evaluation configuration "
+                                    "(configs/eval.py describes every key)",
+                                    flag_values=flag_values,
+                                    sys_argv=None if sys_argv is None else list(sys_argv))
 
 
 class EvalError(ValueError):
@@ -189,54 +206,25 @@ def start_test_fleet(tasks: Sequence[str], split: str, stack: contextlib.ExitSta
 
 
 def resolve_task_names(known: Sequence[str], tasks: Sequence[str], split: str) -> list[str]:
-    """Controller names of `tasks`: the name itself if the controller knows it, else NAME-SPLIT."""
+    """Controller names of `tasks`: the name itself if the controller knows it, else its task
+    key for `split` (`environments.registry.task_key`)."""
     names = []
     for task in tasks:
-        for candidate in (task, f"{task}-{split}"):
-            if candidate in known:
-                names.append(candidate)
-                break
-        else:
-            raise EvalError(f"the controller serves no task {task!r} (nor {task}-{split}); "
-                             f"it serves {sorted(known)}")
+        if task in known:
+            names.append(task)
+            continue
+        try:
+            key = task_key(task, split)
+        except ValueError as error:
+            raise EvalError(f"the controller serves no task {task!r}, and {error}") from None
+        if key not in known:
+            raise EvalError(f"the controller serves no task {task!r} (nor {key}); "
+                            f"it serves {sorted(known)}")
+        names.append(key)
     return names
 
 
 # ----------------------------------------------------------------------------- evaluation
-
-
-async def evaluate_tasks(
-    controller_url: str,
-    generator: Generator,
-    agent: AgentSpec,
-    tasks: Sequence[str],
-    *,
-    split: str = "test",
-    runs: int = 3,
-    select: Callable[[list], list] | None = None,
-    concurrency: int = 32,
-    seed: int = 0,
-    start_jitter_s: float = 3.0,
-    on_start: Callable[[int], None] | None = None,
-    on_episode: Callable[[Rollout], None] | None = None,
-) -> dict[str, agentbench.TaskResult]:
-    """Plays `select(indices)` of each task (default all) `runs` times; results keyed by task
-    name.
-
-    `on_start(total_episodes)` is called once the indices are known (for a progress bar).
-    """
-    async with ControllerClient(controller_url, start_jitter_s=start_jitter_s) as client:
-        names = resolve_task_names(list(await client.list_workers()), tasks, split)
-        indices = {}
-        for name in names:
-            indices[name] = list(await client.get_indices(name))
-            if select is not None:
-                indices[name] = select(indices[name])
-        if on_start is not None:
-            on_start(runs * sum(map(len, indices.values())))
-        return await agentbench.evaluate(client, generator, agent, indices, runs=runs,
-                                         concurrency=concurrency, seed=seed,
-                                         on_episode=on_episode)
 
 
 class ErrorLog:
@@ -262,89 +250,110 @@ def write_results(results: Mapping[str, agentbench.TaskResult], out: pathlib.Pat
                   ) -> tuple[pathlib.Path, str]:
     """`out/NAME.json` (agentbench's JSON plus settings and task-error reasons) and
     `out/NAME.md`; returns the JSON's path and the table."""
-    out.mkdir(parents=True, exist_ok=True)
-    table = agentbench.to_markdown(results, title=f"{name}: {settings.get('checkpoint', '')}"
-                                   f" (k={settings.get('runs')}, T={settings.get('temperature')})")
-    record = {**agentbench.to_json(results), "settings": dict(settings),
-              "task_errors": dict(task_errors or {})}
-    (out / f"{name}.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
-    (out / f"{name}.md").write_text(table)
+    table = agentbench.write(
+        results, out, name,
+        title=f"{name}: {settings.get('checkpoint', '')} (k={settings.get('runs')}, "
+              f"T={settings.get('temperature')})",
+        extra={"settings": dict(settings), "task_errors": dict(task_errors or {})})
     return out / f"{name}.json", table
 
 
-def rl_config(args: argparse.Namespace, run_config: ml_collections.ConfigDict | None
+def check_config(config: ml_collections.ConfigDict) -> None:
+    """Refuses settings that cannot run, saying which key to set (before anything starts)."""
+    if not config.checkpoint:
+        raise EvalError("config.checkpoint is empty: pass --config.checkpoint=DIR (an HF model "
+                        "directory, a model-zoo name or a launch.local run directory)")
+    if config.eval.subset not in protocol.SUBSETS:
+        raise EvalError(f"eval.subset={config.eval.subset!r}; known: "
+                        f"{', '.join(protocol.SUBSETS)}")
+    if config.eval.runs < 1:
+        raise EvalError("eval.runs must be at least 1")
+    if config.eval.per_task is not None and config.eval.per_task < 1:
+        raise EvalError("eval.per_task must be at least 1")
+    if config.model.parser is not None:
+        try:
+            get_parser(config.model.parser)
+        except ValueError as error:
+            raise EvalError(f"model.parser: {error}") from None
+
+
+def rl_config(config: ml_collections.ConfigDict, run_config: ml_collections.ConfigDict | None
               ) -> ml_collections.ConfigDict:
     """The `rl` config section that builds the agent and the engine: the run's, or defaults,
-    with the command line's sampling settings and limits on top."""
-    config = rl_stage.default_config()
+    with the evaluation's temperature and the limits and engine sizes it sets on top."""
+    rl = rl_stage.default_config()
     if run_config is not None and "rl" in run_config:
         for section in ("sampling", "limits", "engine"):
-            config[section].update(run_config.rl[section].to_dict())
-    config.sampling.temperature = args.temperature
-    for key in ("max_turns", "max_context_tokens", "max_new_tokens"):
-        if getattr(args, key) is not None:
-            config.limits[key] = getattr(args, key)
-    engine = config.engine
-    if args.max_batch is not None:
-        engine.max_batch = args.max_batch
-    if args.num_pages is not None:
-        engine.num_pages = args.num_pages
+            rl[section].update(run_config.rl[section].to_dict())
+    rl.sampling.temperature = config.eval.temperature
+    for section in ("limits", "engine"):
+        rl[section].update({key: value for key, value in config.rl[section].items()
+                            if value is not None})
     # The engine must hold a whole episode: its context is the limit, rounded up to pages.
-    pages = -(-config.limits.max_context_tokens // engine.page_size)
+    engine = rl.engine
+    pages = -(-rl.limits.max_context_tokens // engine.page_size)
     engine.max_context = max(engine.max_context, pages * engine.page_size)
-    return config
+    return rl
 
 
-def index_selection(args: argparse.Namespace, run_config: ml_collections.ConfigDict | None
+def index_selection(config: ml_collections.ConfigDict,
+                    run_config: ml_collections.ConfigDict | None
                     ) -> tuple[str, Callable[[list], list], int | None]:
-    """(split, index selection, indices per task) of `--subset` and `--per_task`."""
+    """(split, index selection, indices per task) of `eval.subset` and `eval.per_task`."""
     run_eval_config = run_config.get("eval", {}) if run_config is not None else {}
-    if args.subset == "validation":
+    if config.eval.subset == "validation":
         reserved = int(run_config.demos.per_task) if run_config is not None else 0
-        count = args.per_task or int(run_eval_config.get("validation_per_task",
-                                                         protocol.VALIDATION_PER_TASK))
+        count = config.eval.per_task or int(run_eval_config.get(
+            "validation_per_task", protocol.VALIDATION_PER_TASK))
         split = run_config.env.train_split if run_config is not None else "train"
-        return split, lambda ix: protocol.validation_indices(ix, reserved, count), count
-    count = args.per_task or run_eval_config.get("per_task")
-    if count is None:
-        return args.split, list, None
-    return args.split, lambda ix: protocol.test_indices(ix, int(count)), int(count)
+        return split, protocol.selection("validation", count, reserved), count
+    count = config.eval.per_task or run_eval_config.get("per_task")
+    count = None if count is None else int(count)
+    return config.eval.split, protocol.selection("test", count), count
 
 
-def run_eval(args: argparse.Namespace) -> dict[str, Any]:
-    """Everything `main` does; returns the JSON written to `--out`."""
-    checkpoint = resolve_checkpoint(args.checkpoint, args.step)
-    run_config = checkpoint.run_config
-    tasks = args.tasks or (list(run_config.env.tasks) if run_config is not None
-                           else list(DEFAULT_TASKS))
-    parser = args.parser or (run_config.model.parser if run_config is not None else "hermes")
-    config = rl_config(args, run_config)
-    split, select, per_task = index_selection(args, run_config)
-    if args.out:
-        out = pathlib.Path(args.out)
+def output_dir(config: ml_collections.ConfigDict, checkpoint: Checkpoint) -> pathlib.Path:
+    """`out`, or RUN_DIR/eval_final or RUN_DIR/eval_step_N for a run, else runs/eval."""
+    if config.out:
+        out = pathlib.Path(config.out)
     elif checkpoint.run_dir is not None:
         step = "final" if checkpoint.step is None else f"step_{checkpoint.step}"
         out = checkpoint.run_dir / f"eval_{step}"
     else:
         out = pathlib.Path("runs/eval")
-    out = out.resolve()
+    return out.resolve()
+
+
+def run_eval(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """Everything `main` does; returns the JSON written to `out`."""
+    check_config(config)
+    checkpoint = resolve_checkpoint(config.checkpoint, config.step)
+    run_config = checkpoint.run_config
+    tasks = list(config.env.tasks or (run_config.env.tasks if run_config is not None
+                                      else AGENTBENCH_FC))
+    parser = config.model.parser or (run_config.model.parser if run_config is not None
+                                     else "hermes")
+    rl = rl_config(config, run_config)
+    split, select, per_task = index_selection(config, run_config)
+    out = output_dir(config, checkpoint)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     settings = dict(
         checkpoint=checkpoint.describe(), model_dir=str(checkpoint.model_dir),
-        step=checkpoint.step, tasks=tasks, split=split, subset=args.subset, runs=args.runs,
-        temperature=args.temperature, per_task=per_task, parser=parser, seed=args.seed,
-        limits=config.limits.to_dict(), controller_url=args.controller_url or "(started here)")
+        step=checkpoint.step, tasks=tasks, split=split, subset=config.eval.subset,
+        runs=config.eval.runs, temperature=config.eval.temperature, per_task=per_task,
+        parser=parser, seed=config.seed, limits=rl.limits.to_dict(),
+        controller_url=config.env.controller_url or "(started here)")
 
     started = time.monotonic()
     errors = ErrorLog()
     with contextlib.ExitStack() as stack:
-        url = args.controller_url or start_test_fleet(
-            tasks, split, stack, sandbox=args.sandbox,
-            concurrency=args.worker_concurrency, log_dir=out / "logs")
+        url = config.env.controller_url or start_test_fleet(
+            tasks, split, stack, sandbox=config.env.sandbox,
+            concurrency=config.env.concurrency, log_dir=out / "logs")
         print(f"policy: {checkpoint.describe()} (parser {parser})")
         policy = load_checkpoint(checkpoint, parser)
-        agent = rl_stage.agent_spec(config, policy)
-        engine = stack.enter_context(rl_stage.make_engine(config, policy))
+        agent = rl_stage.agent_spec(rl, policy)
+        engine = stack.enter_context(rl_stage.make_engine(rl, policy))
         from tqdm import tqdm
 
         bar = stack.enter_context(tqdm(desc="evaluation", unit="episode"))
@@ -357,12 +366,17 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
             errors(rollout)
             bar.update(1)
 
-        results = asyncio.run(evaluate_tasks(
-            url, engine, agent, tasks, split=split, runs=args.runs, select=select,
-            concurrency=args.concurrency, seed=args.seed, on_start=on_start,
-            on_episode=on_episode))
+        async def evaluate() -> dict[str, agentbench.TaskResult]:
+            async with ControllerClient(url) as client:
+                names = resolve_task_names(list(await client.list_workers()), tasks, split)
+                return await agentbench.evaluate(
+                    client, engine, agent, names, select=select, runs=config.eval.runs,
+                    concurrency=config.eval.concurrency, seed=config.seed, on_start=on_start,
+                    on_episode=on_episode)
+
+        results = asyncio.run(evaluate())
     settings["seconds"] = round(time.monotonic() - started, 1)
-    path, table = write_results(results, out, settings, args.name, errors.reasons)
+    path, table = write_results(results, out, settings, config.name, errors.reasons)
     print("\n" + table + f"\nwrote {path} and {path.with_suffix('.md')}")
     return json.loads(path.read_text())
 
@@ -370,71 +384,18 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- command line
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m launch.eval", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True,
-                   help="HF model directory, model-zoo name, or launch.local run directory")
-    p.add_argument("--step", type=int, default=None,
-                   help="with a run directory: the RL checkpoint step to evaluate "
-                        "(default: final_model, else the latest checkpoint)")
-    p.add_argument("--controller_url", default="",
-                   help="an AgentRL-compatible controller (default: start a test-split fleet)")
-    p.add_argument("--tasks", type=lambda s: [t for t in s.split(",") if t], default=None,
-                   help="comma-separated task names (default: the run's tasks, else all five "
-                        "AgentBench-FC tasks)")
-    p.add_argument("--split", default="test", help="the split evaluated (default: test)")
-    p.add_argument("--runs", type=int, default=3, help="passes over each task, k (default: 3)")
-    p.add_argument("--temperature", type=float, default=protocol.TEMPERATURE,
-                   help="sampling temperature")
-    p.add_argument("--subset", default="test", choices=("test", "validation"),
-                   help="test: indices of --split spread evenly; validation: the held-out "
-                        "slice of the train split (default: test)")
-    p.add_argument("--per_task", type=int, default=None,
-                   help="indices per task, spread evenly over the split (default: the run's "
-                        "eval.per_task or eval.validation_per_task, else every test index / "
-                        f"{protocol.VALIDATION_PER_TASK} validation indices)")
-    p.add_argument("--parser", default=None, choices=("hermes", "qwen25", "glm4"),
-                   help="tool-call format (default: the run's, else hermes)")
-    p.add_argument("--max_turns", type=int, default=None,
-                   help=f"turn limit (default: the run's, else {EpisodeLimits.max_turns})")
-    p.add_argument("--max_context_tokens", type=int, default=None,
-                   help=f"tokens per episode (default: the run's, else "
-                        f"{EpisodeLimits.max_context_tokens})")
-    p.add_argument("--max_new_tokens", type=int, default=None,
-                   help=f"tokens per turn (default: the run's, else "
-                        f"{EpisodeLimits.max_new_tokens})")
-    p.add_argument("--concurrency", type=int, default=32, help="episodes in flight")
-    p.add_argument("--max_batch", type=int, default=None,
-                   help="sampling engine decode slots (default: the run's, else 32)")
-    p.add_argument("--num_pages", type=int, default=None,
-                   help="sampling engine KV pages of 16 tokens (default: the run's, else 4096)")
-    p.add_argument("--no_sandbox", dest="sandbox", action="store_false",
-                   help="run the started workers unsandboxed (default: each in bubblewrap)")
-    p.add_argument("--worker_concurrency", type=int, default=64,
-                   help="episodes per started worker")
-    p.add_argument("--seed", type=int, default=0, help="seeds the episodes' sampling")
-    p.add_argument("--out", default=None,
-                   help="output directory (default: RUN_DIR/eval_final or RUN_DIR/eval_step_N "
-                        "for a run, else runs/eval)")
-    p.add_argument("--name", default="eval", help="file stem of the outputs (default: eval)")
-    args = p.parse_args(argv)
-    if args.runs < 1:
-        p.error("--runs must be at least 1")
-    if args.per_task is not None and args.per_task < 1:
-        p.error("--per_task must be at least 1")
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {list(argv[1:])}")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
     try:
-        return run_eval(args)
+        run_eval(FLAGS.config)
     except EvalError as error:   # a checkpoint or task that does not exist: say so, no trace
         raise SystemExit(f"launch.eval: {error}") from None
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

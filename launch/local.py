@@ -56,6 +56,7 @@ from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.models.zoo import cache_root
 from agentrl_jax.sft import demos as demos_lib
 from agentrl_jax.sft import stage as sft_stage
+from environments.registry import parse_task_key, task_key
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 _CONFIG = config_flags.DEFINE_config_file(
@@ -192,27 +193,18 @@ def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]
     return target
 
 
-async def evaluation_indices(config, client, subset: str) -> dict[str, list]:
-    """Per controller task name, the indices of `subset` ("test" or "validation")."""
-    tasks = {}
-    for task in config.env.tasks:
-        if subset == "test":
-            name = f"{task}-{config.env.test_split}"
-            tasks[name] = protocol.test_indices(await client.get_indices(name),
-                                                config.eval.per_task)
-        else:
-            name = f"{task}-{config.env.train_split}"
-            tasks[name] = protocol.validation_indices(
-                await client.get_indices(name), config.demos.per_task,
-                config.eval.validation_per_task)
-    return tasks
+def evaluated_tasks(config: ml_collections.ConfigDict, subset: str) -> list[str]:
+    """The controller tasks `subset` evaluates: the test split's for "test", the train split's
+    (its validation slice) for "validation"."""
+    split = config.env.test_split if subset == "test" else config.env.train_split
+    return [task_key(task, split) for task in config.env.tasks]
 
 
 async def rl_task_indices(config, client) -> dict[str, list]:
     """Per train task, the indices RL draws from: the split less the validation slice."""
     tasks = {}
     for task in config.env.tasks:
-        name = f"{task}-{config.env.train_split}"
+        name = task_key(task, config.env.train_split)
         tasks[name] = protocol.rl_indices(await client.get_indices(name), config.demos.per_task,
                                           config.eval.validation_per_task)
     return tasks
@@ -220,12 +212,16 @@ async def rl_task_indices(config, client) -> dict[str, list]:
 
 async def evaluate(config, policy, engine, client, name: str, run: RunDir,
                    subset: str = "test") -> dict[str, Any]:
-    tasks = await evaluation_indices(config, client, subset)
+    per_task = config.eval.per_task if subset == "test" else config.eval.validation_per_task
     rl = ml_collections.ConfigDict(config.rl.to_dict())
     rl.sampling.temperature = config.eval.temperature
     agent = rl_stage.agent_spec(rl, policy)
-    bar = tqdm(total=sum(map(len, tasks.values())) * config.eval.runs, desc=name, unit="episode")
+    bar = tqdm(desc=name, unit="episode")
     episodes = []
+
+    def on_start(total: int) -> None:
+        bar.total = total
+        bar.refresh()
 
     def on_episode(rollout) -> None:
         bar.update(1)
@@ -234,14 +230,15 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
                          "messages": rollout.messages})
 
     results = await agentbench.evaluate(
-        client, engine, agent, tasks, runs=config.eval.runs, concurrency=config.eval.concurrency,
-        seed=config.seed, on_episode=on_episode)
+        client, engine, agent, evaluated_tasks(config, subset),
+        select=protocol.selection(subset, per_task, reserved=config.demos.per_task),
+        runs=config.eval.runs, concurrency=config.eval.concurrency, seed=config.seed,
+        on_start=on_start, on_episode=on_episode)
     bar.close()
-    agentbench.write(results, run.path, name)
+    print(agentbench.write(results, run.path, name))
     with open(run.path / f"{name}_episodes.jsonl", "w") as f:   # transcripts, to read why
         for episode in sorted(episodes, key=lambda e: (e["task"], str(e["index"]))):
             f.write(json.dumps(episode, default=str) + "\n")
-    print(agentbench.to_markdown(results, title=name))
     return agentbench.to_json(results)
 
 
@@ -298,7 +295,7 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
         if not path.exists():
             return None
         rows = json.loads(path.read_text())["tasks"]
-        return {k.rsplit("-", 1)[0]: v for k, v in rows.items()}
+        return {parse_task_key(k).task: v for k, v in rows.items()}
 
     before, after = tasks_of("eval_before"), tasks_of("eval_after")
     paired = agentbench.paired_comparison(before, after) if before else None
@@ -312,8 +309,9 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
     (run.path / "results.md").write_text("\n".join(parts))
     if paired is not None:
         (run.path / "paired_difference.json").write_text(json.dumps(paired, indent=1) + "\n")
-    records = [{**r, **{k.split("-")[0] + "/success": v for k, v in r.items()
-                        if k.endswith("/success")}} for r in metrics.records("rl")]
+    records = [{**r, **{parse_task_key(k.removesuffix("/success")).task + "/success": v
+                        for k, v in r.items() if k.endswith("/success")}}
+               for r in metrics.records("rl")]
     report.plot_success(
         records, list(config.env.tasks), run.path / "success.png",
         before={t: r["success_mean"] for t, r in (before or {}).items()},

@@ -60,6 +60,7 @@ from agentrl_jax.models.hf_io import load_hf, save_hf
 from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.pipeline import multihost
 from agentrl_jax.rl.train_step import TrainState
+from environments.registry import task_key
 
 log = logging.getLogger("launch.tpu_pod")
 FLAGS = flags.FLAGS
@@ -165,17 +166,12 @@ async def evaluate(config: ml_collections.ConfigDict, policy: policy_lib.Policy,
                    client: ControllerClient, name: str, log_dir: pathlib.Path,
                    metrics: MetricsLog, step: int) -> dict[str, Any]:
     """The test split of `eval.tasks` (process 0; the sampler already serves `policy`)."""
-    tasks = {}
-    for task in config.eval.tasks:
-        task_name = f"{task}-{config.env.test_split}"
-        indices = await client.get_indices(task_name)
-        tasks[task_name] = indices if config.eval.per_task is None else protocol.test_indices(
-            indices, config.eval.per_task)
     results = await agentbench.evaluate(
-        client, engine, rl_stage.agent_spec(config.rl, policy), tasks, runs=config.eval.runs,
+        client, engine, rl_stage.agent_spec(config.rl, policy),
+        [task_key(task, config.env.test_split) for task in config.eval.tasks],
+        select=protocol.selection("test", config.eval.per_task), runs=config.eval.runs,
         concurrency=config.eval.concurrency, seed=config.seed)
-    agentbench.write(results, log_dir, name)
-    print(agentbench.to_markdown(results, title=name), flush=True)
+    print(agentbench.write(results, log_dir, name), flush=True)
     metrics.write(name, step, {**agentbench.average(results),
                                **{f"{t}/success": r.success_mean for t, r in results.items()}})
     return agentbench.to_json(results)
@@ -230,7 +226,7 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
                                    metrics, 0)
                 tasks = {}
                 for task in config.env.tasks:
-                    name = f"{task}-{config.env.train_split}"
+                    name = task_key(task, config.env.train_split)
                     tasks[name] = await client.get_indices(name)
 
                 def on_step(report) -> None:

@@ -12,9 +12,10 @@ and a 95% interval of the success rate (`intervals.wilson` over all episodes). E
 outcome is kept by index, so that two evaluations of the same indices (before and after RL)
 give a paired difference (`paired_comparison`).
 
-Which indices are evaluated is the protocol's (`evaluation.protocol`). Episodes are played by
-the same `rollout.run_episode` as training, so evaluation sees exactly the training-time
-prompt, parser and limits.
+`evaluate` is the one evaluation driver (`launch.local`, `launch.tpu_pod` and `launch.eval`
+call it): which indices it plays is the protocol's (`evaluation.protocol.selection`). Episodes
+are played by the same `rollout.run_episode` as training, so evaluation sees exactly the
+training-time prompt, parser and limits.
 """
 
 from __future__ import annotations
@@ -100,6 +101,37 @@ def summarize_task(task: str, runs: Sequence[Sequence[Rollout]]) -> TaskResult:
 
 
 async def evaluate(
+    client: ControllerClient,
+    generator: Generator,
+    agent: AgentSpec,
+    tasks: Sequence[str],
+    *,
+    select: Callable[[list[SampleIndex]], list[SampleIndex]] | None = None,
+    runs: int = 1,
+    concurrency: int = 32,
+    seed: int = 0,
+    on_start: Callable[[int], None] | None = None,
+    on_episode: Callable[[Rollout], None] | None = None,
+) -> dict[str, TaskResult]:
+    """The evaluation of every launcher: each controller task of `tasks` (its name there,
+    e.g. `db-test`) on `select(its indices)` (default: all of them), `runs` passes; results
+    keyed by task name.
+
+    `select` is the protocol's (`protocol.selection`), so every launcher evaluates the same
+    indices for the same settings. `on_start(total_episodes)` is called once the indices are
+    known (for a progress bar), `on_episode(rollout)` after each episode.
+    """
+    task_indices = {}
+    for task in tasks:
+        indices = list(await client.get_indices(task))
+        task_indices[task] = indices if select is None else select(indices)
+    if on_start is not None:
+        on_start(runs * sum(map(len, task_indices.values())))
+    return await play(client, generator, agent, task_indices, runs=runs,
+                      concurrency=concurrency, seed=seed, on_episode=on_episode)
+
+
+async def play(
     client: ControllerClient,
     generator: Generator,
     agent: AgentSpec,
@@ -205,9 +237,14 @@ def to_markdown(results: Mapping[str, TaskResult], title: str | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
-def write(results: Mapping[str, TaskResult], directory: str | pathlib.Path, name: str) -> None:
-    """`name.json` and `name.md` in `directory`."""
+def write(results: Mapping[str, TaskResult], directory: str | pathlib.Path, name: str, *,
+          title: str | None = None, extra: Mapping[str, Any] | None = None) -> str:
+    """`name.json` (`to_json`, plus the fields of `extra`) and `name.md` (the table titled
+    `title`, default `name`) in `directory`; returns the table."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{name}.json").write_text(json.dumps(to_json(results), indent=1) + "\n")
-    (directory / f"{name}.md").write_text(to_markdown(results, title=name))
+    record = {**to_json(results), **(extra or {})}
+    table = to_markdown(results, title=name if title is None else title)
+    (directory / f"{name}.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    (directory / f"{name}.md").write_text(table)
+    return table

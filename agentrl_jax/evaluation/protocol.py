@@ -9,18 +9,21 @@
                 RL never draws a validation index (`rl_indices`).
 
 Spreading evenly (not the first indices) matters: splits are often ordered by source or
-difficulty. `docs/evaluation.md` lists the resulting indices of the default.
+difficulty. `docs/evaluation.md` lists the resulting indices of the default. `selection` gives
+either subset as the function the evaluation driver (`agentbench.evaluate`) applies to each
+task's indices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agentrl_jax.episode import SampleIndex
 
 TEST_PER_TASK = 40
 VALIDATION_PER_TASK = 20
 TEMPERATURE = 0.8  # AgentRL's evaluation temperature
+SUBSETS = ("test", "validation")
 
 
 def evenly_spaced(indices: Sequence[SampleIndex], count: int) -> list[SampleIndex]:
@@ -52,6 +55,24 @@ def rl_indices(train_split: Sequence[SampleIndex], reserved: int,
     """The train indices RL may draw: all but the validation slice."""
     held_out = set(map(_key, validation_indices(train_split, reserved, per_task)))
     return [i for i in train_split if _key(i) not in held_out]
+
+
+def selection(subset: str = "test", per_task: int | None = None, reserved: int = 0
+              ) -> Callable[[Sequence[SampleIndex]], list[SampleIndex]]:
+    """The indices of one split that `subset` evaluates, as a function of the split.
+
+      test        `test_indices(split, per_task)`; every index when `per_task` is None
+      validation  `validation_indices(split, reserved, per_task)` of the train split;
+                  `VALIDATION_PER_TASK` when `per_task` is None
+    """
+    if subset == "test":
+        if per_task is None:
+            return list
+        return lambda split: test_indices(split, per_task)
+    if subset == "validation":
+        count = VALIDATION_PER_TASK if per_task is None else per_task
+        return lambda split: validation_indices(split, reserved, count)
+    raise ValueError(f"unknown evaluation subset {subset!r}; known: {', '.join(SUBSETS)}")
 
 
 def _key(index: SampleIndex) -> str:

@@ -1,5 +1,7 @@
 """The evaluation protocol: evenly spread test subsets, a validation slice RL never draws."""
 
+import pytest
+
 from agentrl_jax.evaluation import protocol
 
 
@@ -25,3 +27,15 @@ def test_string_indices():
     train = [f"s{i}" for i in range(10)]
     assert protocol.rl_indices(train, reserved=0, per_task=2) == [
         f"s{i}" for i in range(10) if i not in (2, 7)]
+
+
+def test_selection_is_each_subset_as_a_function_of_the_split():
+    split = list(range(100))
+    assert protocol.selection("test", 4)(split) == protocol.test_indices(split, 4) == [
+        12, 37, 62, 87]
+    assert protocol.selection("test")(split) == split   # per_task None: every index
+    assert protocol.selection("validation", 4, reserved=40)(split) == [47, 62, 77, 92]
+    assert protocol.selection("validation", reserved=40)(split) == protocol.validation_indices(
+        split, 40, protocol.VALIDATION_PER_TASK)
+    with pytest.raises(ValueError, match="unknown evaluation subset 'train'"):
+        protocol.selection("train")

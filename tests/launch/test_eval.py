@@ -1,7 +1,8 @@
 """launch/eval.py: aggregation over k passes on real workers, checkpoint resolution, the CLI.
 
-The aggregation test plays a scripted policy (the unit under test is the evaluation, not a
-model) through a real controller and real DB and echo workers (subprocesses, HTTP). The policy
+The aggregation test plays a scripted policy (the unit under test is the evaluation driver,
+`agentbench.evaluate`, with launch.eval's task names, not a model) through a real controller
+and real DB and echo workers (subprocesses, HTTP). The policy
 picks its behaviour by sample: the DB oracle's answer, the oracle once then a wrong answer, a
 wrong answer, SQL until our turn limit, filler until the context limit; on echo, correct echoes
 or no tool call. Every expected figure is therefore known exactly. The CLI test evaluates a
@@ -17,9 +18,13 @@ import json
 import subprocess
 import sys
 
+import ml_collections
 import numpy as np
 import pytest
+from absl import flags
 
+from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
 from agentrl_jax.sampling.types import FinishReason, GenerationResult, SamplingParams
 from environments.db.oracle import Oracle
@@ -121,10 +126,17 @@ def test_k_runs_aggregate_to_exact_means_stds_and_terminations(db_and_echo, toke
     agent = AgentSpec(tokenizer=tokenizer, sampling=SamplingParams(temperature=0.8,
                                                                   max_new_tokens=2048),
                       limits=LIMITS)
-    results = asyncio.run(eval_lib.evaluate_tasks(
-        db_and_echo, policy, agent, ["db", "echo"], split="test", runs=RUNS,
-        select=lambda indices: indices[:LIMIT],
-        concurrency=6, start_jitter_s=0))
+    async def evaluate():
+        async with ControllerClient(db_and_echo, start_jitter_s=0) as client:
+            names = eval_lib.resolve_task_names(list(await client.list_workers()),
+                                                ["db", "echo"], "test")
+            return await agentbench.evaluate(client, policy, agent, names, runs=RUNS,
+                                             select=lambda indices: indices[:LIMIT],
+                                             concurrency=6, on_start=started.append)
+
+    started = []
+    results = asyncio.run(evaluate())
+    assert started == [2 * RUNS * LIMIT]
 
     assert list(results) == ["db-test", "echo"]
     assert all(n == RUNS for n in policy.episodes.values()) and len(policy.episodes) == 10
@@ -166,8 +178,51 @@ def test_task_names_resolve_against_the_controller():
     assert eval_lib.resolve_task_names(known, ["db", "echo", "dbbench-std"], "test") == [
         "db-test", "echo", "dbbench-std"]
     assert eval_lib.resolve_task_names(known, ["db"], "train") == ["db-train"]
-    with pytest.raises(eval_lib.EvalError, match="no task 'kg'"):
+    with pytest.raises(eval_lib.EvalError, match=r"no task 'kg' \(nor kg-test\)"):
         eval_lib.resolve_task_names(known, ["kg"], "test")
+    with pytest.raises(eval_lib.EvalError, match="no task 'db-x'.*cannot be part of a task key"):
+        eval_lib.resolve_task_names(known, ["db-x"], "test")
+
+
+def parse_flags(*overrides: str):
+    """The config as `python -m launch.eval OVERRIDES...` sees it."""
+    argv = ["launch.eval", *overrides]
+    values = flags.FlagValues()
+    eval_lib.define_flags(values, sys_argv=argv)
+    values(argv)
+    return values.config
+
+
+def test_command_line_overrides_the_config():
+    config = parse_flags("--config.checkpoint=runs/x", "--config.eval.per_task=40",
+                         "--config.eval.runs=2", "--config.rl.limits.max_turns=7",
+                         "--config.env.tasks=('db','kg')")
+    assert (config.checkpoint, config.eval.per_task, config.eval.runs) == ("runs/x", 40, 2)
+    assert tuple(config.env.tasks) == ("db", "kg")
+    split, select, per_task = eval_lib.index_selection(config, None)
+    indices = list(range(260))
+    assert (split, per_task) == ("test", 40)
+    assert select(indices) == protocol.test_indices(indices, 40)
+    # Left unset, the run's values hold; set, the command line's win over the run's.
+    run = ml_collections.ConfigDict({"eval": {"per_task": 5}, "demos": {"per_task": 4},
+                                     "env": {"train_split": "train"},
+                                     "rl": {"sampling": {}, "engine": {},
+                                            "limits": {"max_turns": 3, "max_new_tokens": 9}}})
+    assert eval_lib.index_selection(config, run)[2] == 40
+    assert eval_lib.index_selection(parse_flags(), run)[2] == 5
+    rl = eval_lib.rl_config(config, run)
+    assert (rl.limits.max_turns, rl.limits.max_new_tokens) == (7, 9)
+    assert rl.sampling.temperature == protocol.TEMPERATURE
+    validation = parse_flags("--config.eval.subset=validation")
+    split, select, per_task = eval_lib.index_selection(validation, run)
+    assert (split, per_task) == ("train", protocol.VALIDATION_PER_TASK)
+    assert select(indices) == protocol.validation_indices(indices, 4)
+    with pytest.raises(Exception, match="per_tsk"):   # locked: a typo is an error
+        parse_flags("--config.eval.per_tsk=40")
+    with pytest.raises(eval_lib.EvalError, match="config.checkpoint is empty"):
+        eval_lib.check_config(parse_flags())
+    with pytest.raises(eval_lib.EvalError, match="unknown tool parser"):
+        eval_lib.check_config(parse_flags("--config.checkpoint=x", "--config.model.parser=x"))
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -244,8 +299,9 @@ def test_bad_checkpoints_are_reported(tiny_run, tmp_path):
 
 def test_cli_evaluates_a_run_checkpoint_end_to_end(tiny_run, tmp_path):
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "launch.eval", "--checkpoint", str(tiny_run.run_dir),
-            "--step", str(tiny_run.step), "--runs", "2", "--per_task", "2", "--out", str(out)]
+    argv = [sys.executable, "-m", "launch.eval", f"--config.checkpoint={tiny_run.run_dir}",
+            f"--config.step={tiny_run.step}", "--config.eval.runs=2",
+            "--config.eval.per_task=2", f"--config.out={out}"]
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
