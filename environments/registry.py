@@ -65,8 +65,8 @@ def parse_task_key(key: str) -> TaskKey:
     return TaskKey(task, split)
 
 
-def load_task(name: str, **params: Any) -> Task:
-    """Instantiates the task called `name` with `params` as keyword arguments."""
+def task_factory(name: str) -> Any:
+    """The `Task` subclass (or factory) called `name`, imported but not instantiated."""
     if ":" in name:
         module_name, attribute = name.split(":", 1)
     else:
@@ -80,9 +80,20 @@ def load_task(name: str, **params: Any) -> Task:
     factory = getattr(module, attribute, None)
     if factory is None:
         raise KeyError(f"{module_name} has no attribute {attribute!r} naming its Task")
+    return factory
+
+
+def host_root_params(name: str) -> tuple[str, ...] | None:
+    """`Task.host_root_params` of task `name` (None also for a factory that is not a class)."""
+    return getattr(task_factory(name), "host_root_params", None)
+
+
+def load_task(name: str, **params: Any) -> Task:
+    """Instantiates the task called `name` with `params` as keyword arguments."""
+    factory = task_factory(name)
     task = factory(**params)
     if not isinstance(task, Task):
-        raise TypeError(f"{module_name}.{attribute} made a {type(task).__name__}, not a Task")
+        raise TypeError(f"task {name!r} made a {type(task).__name__}, not a Task")
     if not task.name:
         task.name = name.split(":")[-1] if ":" in name else name
     return task

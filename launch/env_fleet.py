@@ -11,6 +11,8 @@ With `--sandbox`, each worker's command is wrapped by `environments.sandbox.wrap
 worker runs in its own bwrap sandbox (host network, read-only view of the repo, venv and task
 data, private /tmp and $HOME; see `environments/sandbox/worker_wrap.py`). In Python,
 `add_worker(task, sandbox=True)`, or `sandbox=WorkerSandbox(...)` for extra paths or variables.
+A host-root `--sandbox` fleet (and `start_task_fleet`, the main job's) starts the OS task's
+worker unsandboxed instead, with the overlay root its machines need (`task_worker_placements`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
 import pathlib
 import select
@@ -42,6 +45,13 @@ if TYPE_CHECKING:   # only for annotations: the sandbox package is imported on d
 _READY_PREFIX = "listening on "
 _PR_SET_PDEATHSIG = 1
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent   # `python -m` resolves from here
+# A new mount namespace whose mounts do not propagate back: what the worker mounts is seen by it
+# and its children only, and the kernel drops it with the last of them. Both tools exec (same
+# pid); setpriv makes the launcher's death SIGKILL the worker at once, as a sandboxed worker is
+# killed when its bwrap dies (worker_wrap.py, "Killing"), instead of a graceful shutdown that
+# waits for the commands its machines still run.
+PRIVATE_MOUNTS = ("unshare", "--mount", "--propagation", "private", "--",
+                  "setpriv", "--pdeathsig", "KILL", "--")
 
 
 # ----------------------------------------------------------------------------- subprocesses
@@ -123,10 +133,16 @@ def controller_argv(port: int = 0, **settings: float | int | str) -> list[str]:
 
 
 def worker_argv(task: str, controller_url: str, port: int = 0, *,
-                sandbox: bool | WorkerSandbox = False, **settings: float | int | str) -> list[str]:
-    """The worker's command; `sandbox`: True, or a `WorkerSandbox` with options, wraps it."""
+                sandbox: bool | WorkerSandbox = False, private_mounts: bool = False,
+                **settings: float | int | str) -> list[str]:
+    """The worker's command; `sandbox`: True, or a `WorkerSandbox` with options, wraps it;
+    `private_mounts` (unsandboxed only) runs it in a mount namespace of its own."""
     argv = [sys.executable, "-m", "environments.worker", "--task", task,
             "--controller", controller_url, "--port", str(port)]
+    if private_mounts:
+        if sandbox:
+            raise ValueError("a sandboxed worker already has its own mount namespace")
+        argv = [*PRIVATE_MOUNTS, *argv]
     for key, value in settings.items():
         if key == "params":
             for pair in value:   # type: ignore[union-attr]
@@ -239,6 +255,31 @@ def prepare_task_data(tasks: Sequence[str], splits: Sequence[str],
                                stdout=out, stderr=subprocess.STDOUT)
 
 
+def task_worker_placements(tasks: Sequence[str], sandbox: bool) -> dict[str, dict]:
+    """{task: `add_worker`'s `sandbox` and extra `params` (and `private_mounts`)} of a fleet.
+
+    With `sandbox`, every worker runs in a worker sandbox, except, when this process is host
+    root, a task that sets `Task.host_root_params` (the OS task): its machines are its sandboxes
+    and need host root, so it runs unsandboxed with those params (which make it refuse to start
+    without the bounds), in a mount namespace of its own so that its machines' mounts vanish
+    with it even when it is killed (`PRIVATE_MOUNTS`). docs/security.md says what it can reach.
+    The tasks' classes are looked up in a subprocess, so that this one never imports them.
+    """
+    from environments.sandbox.mounts import host_root
+
+    placements = {task: {"sandbox": sandbox, "params": []} for task in tasks}
+    if not (sandbox and host_root() and tasks):
+        return placements
+    code = ("import json, sys; from environments.registry import host_root_params; "
+            "print(json.dumps({t: host_root_params(t) for t in sys.argv[1:]}))")
+    found = subprocess.run([sys.executable, "-c", code, *tasks], cwd=REPO_ROOT, check=True,
+                           capture_output=True, text=True).stdout
+    for task, params in json.loads(found.splitlines()[-1]).items():
+        if params is not None:
+            placements[task] = {"sandbox": False, "params": params, "private_mounts": True}
+    return placements
+
+
 def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bool = True,
                      concurrency: int = 64, log_dir: pathlib.Path | None = None,
                      idle_timeout_s: float = RUN_IDLE_TIMEOUT_S) -> EnvFleet:
@@ -249,8 +290,10 @@ def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bo
     """
     fleet = EnvFleet({"idle_session_timeout_s": idle_timeout_s}, log_dir=log_dir)
     try:
-        fleet.add_workers([dict(task=task, sandbox=sandbox, concurrency=concurrency,
-                                idle_timeout=idle_timeout_s, params=[f"split={split}"])
+        placements = task_worker_placements(tasks, sandbox)
+        fleet.add_workers([dict(task=task, concurrency=concurrency, idle_timeout=idle_timeout_s,
+                                **{**placements[task],
+                                   "params": [f"split={split}", *placements[task]["params"]]})
                            for task in tasks for split in splits])
         names = {task_key(task, split) for task in tasks for split in splits}
         fleet.wait_until(lambda listing: names <= {
@@ -323,12 +366,13 @@ def main(argv: list[str] | None = None) -> None:
     settings = {} if args.concurrency is None else {"concurrency": args.concurrency}
     # SIGTERM unwinds like Ctrl-C, so that the fleet's processes are stopped, not orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    counts = [spec.partition("=")[::2] for spec in args.task]
+    placements = task_worker_placements(sorted({name for name, _ in counts}), args.sandbox)
     with EnvFleet({"port": args.port}) as fleet:
         print(f"controller {fleet.url}", flush=True)
-        for spec in args.task:
-            name, _, count = spec.partition("=")
+        for name, count in counts:
             for _ in range(int(count or 1)):
-                worker = fleet.add_worker(name, sandbox=args.sandbox, **settings)
+                worker = fleet.add_worker(name, **placements[name], **settings)
                 print(f"worker {name} {worker.url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while all(s.process.poll() is None for s in [fleet.controller, *fleet.workers]):

@@ -122,10 +122,15 @@ class OSTask(Task):
     """`split` is "train" or "test"; `rootfs_dir` holds the images (build_rootfs.sh).
 
     Raises ValueError when an image the split needs is missing (and not `allow_host_fallback`)
-    or when `root="overlay"` is asked of a worker that cannot mount.
+    or when `root="overlay"` is asked of a worker that cannot mount or (with `memory_mb` or
+    `cpus`) cannot make cgroups: an explicit overlay is the whole bounded machine or nothing.
     """
 
     tools = TOOLS
+    # The worker runs no agent code itself; its machines are the sandboxes, and their overlay
+    # root, cgroups and byte quota need a host-root worker. A host-root launcher therefore starts
+    # it outside a worker sandbox, asking for the overlay so that it cannot quietly downgrade.
+    host_root_params = ("root=overlay",)
 
     def __init__(self, split: str = "train", max_rounds: int = 8, concurrency: int = 32,
                  data_dir: str | None = None, rootfs_dir: str | None = None,
@@ -148,8 +153,13 @@ class OSTask(Task):
         if root == "overlay" and not host_root():
             raise ValueError("root=overlay needs a worker that is host root (it mounts each "
                              "machine's copy-on-write root); use root=seeded otherwise")
-        limits = Limits(timeout_s=COMMAND_TIMEOUT_S, sandbox_memory_bytes=memory_mb * 1024**2,
-                        disk_bytes=disk_mb * 1024**2, cpus=cpus)
+        if root == "overlay" and (memory_mb or cpus) and not cgroup.available():
+            raise ValueError("root=overlay bounds each machine's memory and CPU with cgroup-v1 "
+                             f"memory and cpu controllers under {cgroup.CGROUP_ROOT}, which this "
+                             "worker cannot use; mount them, or pass memory_mb=0 cpus=0")
+        # 0 turns a bound off.
+        limits = Limits(timeout_s=COMMAND_TIMEOUT_S, sandbox_memory_bytes=memory_mb * 1024**2
+                        or None, disk_bytes=disk_mb * 1024**2 or None, cpus=cpus or None)
         worker_memory = (default_worker_memory_bytes() if worker_memory_mb is None
                          else worker_memory_mb * 1024**2)
         self.specs: dict[str, MachineSpec] = {}

@@ -178,6 +178,11 @@ class Task:
     name: str = ""                                  # defaults to the environment's folder name
     concurrency: int = 16                           # sessions one worker holds at once
     tools: list[dict[str, Any]] | None = None       # OpenAI function schemas
+    # Params for a worker that a host-root launcher starts *outside* a worker sandbox, or None
+    # (the default: sandbox it). Set by a task that runs no agent code in its worker process and
+    # isolates what the agent runs in per-episode sandboxes of its own, whose bounds need host
+    # root (mounts, cgroups); a worker sandbox would take them away (docs/security.md).
+    host_root_params: tuple[str, ...] | None = None
 
     def indices(self) -> list[SampleIndex]:
         """The sample indices this task serves (ints, or strings the controller maps to ints)."""

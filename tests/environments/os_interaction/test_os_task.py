@@ -49,3 +49,16 @@ def test_machine_spec_configs():
     assert host.image is None and "/etc" not in host.writable
     with pytest.raises(ValueError):
         MachineSpec(image=None, root="overlay").sandbox_config()
+
+
+@pytest.mark.skipif(not host_root(), reason="root=overlay needs a host-root worker")
+def test_an_explicit_overlay_refuses_to_start_without_cgroups(tmp_path, monkeypatch):
+    (tmp_path / "default" / "usr").mkdir(parents=True)
+    monkeypatch.setattr("environments.sandbox.cgroup.available", lambda: False)
+    with pytest.raises(ValueError, match="root=overlay bounds each machine's memory and CPU"):
+        OSTask("test", data_dir=str(FIXTURES), rootfs_dir=str(tmp_path), root="overlay")
+    # Without bounds to enforce there is nothing to downgrade.
+    task = OSTask("test", data_dir=str(FIXTURES), rootfs_dir=str(tmp_path), root="overlay",
+                  memory_mb=0, cpus=0)
+    limits = task.specs["default"].limits
+    assert (limits.sandbox_memory_bytes, limits.cpus) == (None, None)
