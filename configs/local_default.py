@@ -23,7 +23,7 @@ from environments.registry import AGENTBENCH_FC
 def env_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
         controller_url="",  # an existing (AgentRL-compatible) controller; "" starts our own
-        sandbox=True,  # each task worker in its own bubblewrap sandbox
+        sandbox=True,  # each task worker in its own bubblewrap sandbox (as root: but the OS one)
         tasks=AGENTBENCH_FC,
         concurrency=64,  # episodes per worker
         train_split="train",

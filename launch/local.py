@@ -8,7 +8,9 @@ crash, even `kill -9`, skips finished stages and resumes RL from its last checkp
   1. demos          each task's oracle played on `demos.per_task` train indices (cached), and
                     each task's data built for both splits (sandboxed workers only read it)
   2. environments   a controller and, per task, a train-split and a test-split worker, each in
-                    its own sandbox (or `env.controller_url`: any AgentRL-compatible fleet)
+                    its own sandbox (the OS task's, under a root launcher, beside them: its
+                    machines are its sandboxes, docs/security.md), or `env.controller_url`:
+                    any AgentRL-compatible fleet
   3. sft            tokenizer + model warm-started on the demonstrations (cached by config;
                     RUN_DIR/sft_model links to it)
   4. eval_before    the evaluated test subset, before RL (and, with `eval.validate`, the
