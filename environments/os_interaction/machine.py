@@ -12,8 +12,10 @@ talks to it three ways, all kept here:
 Roots (`ROOTS`):
   overlay  each machine's `/` is a copy-on-write overlay over the read-only image, discarded with
            the machine, as a container's is (sandbox `writable_root`; needs a worker that is real
-           host root, for the mounts). The machine's memory, CPU and written bytes are bounded as
-           a whole (sandbox `Limits`), its writes on a tmpfs of `disk_bytes`.
+           host root, for the mounts). The machine's memory, CPU, processes and written bytes are
+           bounded as a whole (sandbox `Limits`), its writes on a tmpfs of `disk_bytes`. Its root
+           has users of its own, as a container's (sandbox `uid_block`): `useradd jack`, `chown
+           jack f`, `su jack` work.
   seeded   for a worker that cannot mount (one run inside a worker sandbox): the image read-only
            except `WRITABLE`, which start as copies of the image's own directories; /usr itself
            is then read-only (only /usr/local is writable), so problems that write there fail.
@@ -111,8 +113,8 @@ class MachineSpec:
         common = dict(image=self.image, workdir="/root", scratch_dir=self.scratch_dir,
                       hostname="localhost", limits=self.limits,
                       worker_memory_bytes=self.worker_memory_bytes)
-        if self.root == "overlay":
-            return SandboxConfig(writable=(), writable_root=True, **common)
+        if self.root == "overlay":   # a container's root: users of its own (useradd, su)
+            return SandboxConfig(writable=(), writable_root=True, uid_block=True, **common)
         # Without an image the sandbox builds /etc from its own passwd/group files; keep it so.
         writable = WRITABLE if self.image else tuple(p for p in WRITABLE if p != "/etc")
         return SandboxConfig(writable=writable, **common)

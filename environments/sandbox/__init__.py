@@ -8,6 +8,8 @@ Security model:
   * each sandbox runs as its own unprivileged host uid (leased, see `uids.py`) inside new user,
     PID, mount, IPC, UTS and (unless asked) network namespaces, with no capabilities and no
     nested user namespaces; it sees only its own processes and a loopback that is not the host's;
+    one with users of its own (`uid_block`, host root) maps a leased block of 65536 host ids
+    instead, and its root keeps a container root's capabilities, over the block's files only;
   * the filesystem is the image (or the host's /usr) read-only, plus a private layer of writable
     directories that is a host directory deleted on close, or (`writable_root`, host root) a
     copy-on-write overlay of the whole image; host files are simply not mounted;

@@ -9,6 +9,10 @@ bwrap runs unprivileged (as the sandbox's own host uid, see `uids.py`) and build
   * no capabilities, a new terminal session (so TIOCSTI cannot inject into ours), no nested user
     namespaces, a cleared environment, and death when its parent (the worker) dies.
 
+A sandbox with users of its own (`SandboxConfig.uid_block`) instead joins the user namespace the
+worker made for it (`--userns FD`, `uid_block.py`: 65536 ids of its own, no nested user
+namespaces) and its root keeps `USERS_CAPS`, namespaced: they act on its own ids' files only.
+
 bwrap reports, on --info-fd, the host pid of the sandbox's PID 1 (bwrap's own init); killing it
 ends every process of the sandbox at once (see `process.py`).
 
@@ -45,20 +49,34 @@ _PRISTINE_DIRS = ("usr/bin", "usr/sbin", "usr/lib", "usr/lib32", "usr/lib64", "u
 # Interpreters' configuration that runs code at their start (Debian's python3.X/sitecustomize.py).
 _PRISTINE_GLOBS = ("etc/python3*",)
 _PRISTINE_FILES = ("etc/ld.so.cache", "etc/ld.so.conf")
+# What the root of a sandbox with users keeps: Docker's default set for a container's root, less
+# what has no use without devices or a real network (MKNOD, NET_RAW, AUDIT_WRITE) and the
+# capability-editing ones (SETPCAP, SETFCAP).
+USERS_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+              "CAP_SETGID", "CAP_SETUID", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT")
 
 
 def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str],
                info_fd: int | str | None = None, bwrap: str = "bwrap",
-               pristine_system: bool = False,
-               env: Mapping[str, str] | None = None) -> list[str]:
+               pristine_system: bool = False, env: Mapping[str, str] | None = None,
+               userns_fd: int | None = None) -> list[str]:
     """The argv that runs `command` in a sandbox described by `config` over `layer`.
 
-    `env` replaces `config.env` (HOME is the workdir unless `env` sets it).
+    `env` replaces `config.env` (HOME is the workdir unless `env` sets it). `userns_fd`: the
+    user namespace of a `config.uid_block` sandbox (the caller passes the fd on).
     """
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid",
-            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--disable-userns",
-            "--cap-drop", "ALL", "--uid", str(config.inside_uid), "--gid", str(config.inside_uid),
-            "--hostname", config.hostname]
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
+    if config.uid_block:
+        if userns_fd is None:
+            raise ValueError("a sandbox with users of its own needs its user namespace's fd")
+        argv += ["--userns", str(userns_fd)]
+        for cap in USERS_CAPS:
+            argv += ["--cap-add", cap]
+    else:
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(config.inside_uid),
+                 "--gid", str(config.inside_uid)]
+    argv += ["--hostname", config.hostname]
     if not config.network:
         argv.append("--unshare-net")
     argv += _filesystem(config, layer)

@@ -1,14 +1,16 @@
-"""Whole-sandbox memory and CPU limits: one cgroup (v1 memory and cpu controllers) per sandbox.
+"""Whole-sandbox memory, CPU and process limits: one cgroup (v1 memory, cpu, pids) per sandbox.
 
 rlimits bound each process, not the sandbox: 256 processes of 2 GB address space each are far
 more than a machine has. A memory cgroup bounds the sandbox's processes together, tmpfs pages
-they write included (the private layer's quota is memory too), and a CFS quota bounds its CPU.
+they write included (the private layer's quota is memory too), a CFS quota bounds its CPU, and
+a pids limit its processes and threads whatever uids they run as (RLIMIT_NPROC counts one uid,
+and a sandbox with users of its own, `uid_block.py`, runs many).
 
 Layout, under the worker's own cgroup of each controller (so that whatever limits the worker
 already runs under still hold):
 
     <worker cgroup>/agentrl_jax-<worker pid>/                 memory.limit_in_bytes = worker total
-    <worker cgroup>/agentrl_jax-<worker pid>/<sandbox id>/    memory limit, CPU quota of one sandbox
+    <worker cgroup>/agentrl_jax-<worker pid>/<sandbox id>/    memory, CPU, pids of one sandbox
 
 A sandbox's processes are put in its cgroup before bwrap starts: the outer process is a tiny
 `sh` that writes its own pid into the cgroups' `cgroup.procs` (owned by the sandbox's uid for
@@ -28,7 +30,7 @@ import threading
 import time
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-CONTROLLERS = ("memory", "cpu")
+CONTROLLERS = ("memory", "cpu", "pids")
 CFS_PERIOD_US = 100_000
 _ATTACH = ('while [ "$1" != -- ]; do printf "%s\\n" "$$" > "$1" || exit 125; shift; done; '
            'shift; exec "$@"')
@@ -36,7 +38,7 @@ _lock = threading.Lock()
 
 
 def available() -> bool:
-    """Whether this process can make v1 memory and cpu cgroups (root, controllers mounted)."""
+    """Whether this process can make v1 memory, cpu and pids cgroups (root, mounted)."""
     return os.geteuid() == 0 and all(
         os.path.isfile(os.path.join(CGROUP_ROOT, c, "cgroup.procs")) for c in CONTROLLERS)
 
@@ -93,10 +95,11 @@ class SandboxCgroup:
       memory_bytes: limit of the sandbox's memory (RAM and tmpfs pages); None: none.
       cpus: CPU quota in CPUs (0.5: half of one core); None: none.
       worker_memory_bytes: total limit of all this worker's sandboxes; None: none.
+      processes: limit of the sandbox's processes and threads together; None: none.
     """
 
     def __init__(self, name: str, owner: int, memory_bytes: int | None, cpus: float | None,
-                 worker_memory_bytes: int | None):
+                 worker_memory_bytes: int | None, processes: int | None = None):
         with _lock:
             self.paths = {c: os.path.join(_worker_group(c), name) for c in CONTROLLERS}
             _set_worker_memory(worker_memory_bytes)
@@ -114,6 +117,8 @@ class SandboxCgroup:
                 cpu = self.paths["cpu"]
                 _write(os.path.join(cpu, "cpu.cfs_period_us"), CFS_PERIOD_US)
                 _write(os.path.join(cpu, "cpu.cfs_quota_us"), max(1000, int(cpus * CFS_PERIOD_US)))
+            if processes is not None:
+                _write(os.path.join(self.paths["pids"], "pids.max"), processes)
         except BaseException:
             self.remove()
             raise
@@ -128,6 +133,10 @@ class SandboxCgroup:
         memory = self.paths["memory"]
         return tuple(_read_int(os.path.join(memory, f))          # type: ignore[return-value]
                      for f in ("memory.usage_in_bytes", "memory.max_usage_in_bytes"))
+
+    def process_count(self) -> int:
+        """Processes and threads in the sandbox now (what its pids limit counts)."""
+        return _read_int(os.path.join(self.paths["pids"], "pids.current"))
 
     def pids(self) -> list[int]:
         with open(os.path.join(self.paths["memory"], "cgroup.procs")) as f:

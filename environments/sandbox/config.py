@@ -84,6 +84,11 @@ class SandboxConfig:
       limits: resource limits.
       worker_memory_bytes: bound of the memory of all the sandboxes of this worker process
         together (their common parent cgroup; the last config to start a sandbox sets it).
+      uid_block: the sandbox has users of its own, as a container: inside uids and gids
+        0..65535 map to a block of host ids leased to it alone (`uid_block.py`), and its root
+        holds the namespaced capabilities a container's root has (`bwrap.USERS_CAPS`), so
+        `useradd`, `chown`, `su` work. Needs a host-root worker, the bwrap backend and
+        `inside_uid` 0. False: one uid, no capabilities.
     """
 
     image: str | None = None
@@ -106,6 +111,7 @@ class SandboxConfig:
     limits: Limits = Limits()
     writable_root: bool = False
     worker_memory_bytes: int | None = dataclasses.field(default_factory=default_worker_memory_bytes)
+    uid_block: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "bwrap", "apptainer"):
@@ -115,6 +121,8 @@ class SandboxConfig:
                 raise ValueError(f"sandbox paths must be absolute and normalised: {path!r}")
         if self.writable_root and self.image is None:
             raise ValueError("a writable root needs an image to copy on write")
+        if self.uid_block and self.inside_uid != 0:
+            raise ValueError("a sandbox with users of its own runs as its root (inside_uid 0)")
 
     def resolved_backend(self) -> str:
         """The backend to use: "auto" picks apptainer only when its binary is installed."""

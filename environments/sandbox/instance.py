@@ -3,7 +3,9 @@
 `Sandbox.exec` builds one per command; a `ShellSession` keeps one for its whole life. As root,
 the layer is a tmpfs of `limits.disk_bytes` (with `writable_root`, a copy-on-write root over the
 image) and the sandbox's processes share one cgroup (`limits.sandbox_memory_bytes`,
-`limits.cpus`); without root, only the per-process rlimits hold.
+`limits.cpus`, `limits.processes`); without root, only the per-process rlimits hold. With
+`uid_block` the lease is of a block of host ids and the sandbox gets a user namespace mapping
+them (`uid_block.py`), held here for its life.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 
-from environments.sandbox import cgroup, mounts
+from environments.sandbox import cgroup, mounts, uid_block
 from environments.sandbox.apptainer import apptainer_argv
 from environments.sandbox.bwrap import bwrap_argv, pristine_system_problem
 from environments.sandbox.config import SandboxConfig
@@ -51,21 +53,31 @@ class SandboxInstance:
                                    "(idmapped and overlay mounts, one host uid per sandbox)")
             if not os.path.isdir(config.image):
                 raise SandboxError(f"a writable root needs a directory image: {config.image!r}")
+        if config.uid_block and not (root_mounts and cgroup.available()):
+            raise SandboxError("a sandbox with users of its own needs the bwrap backend, a "
+                               "worker that is host root (it maps a block of host ids) and "
+                               "cgroup controllers (a pids limit for all its users)")
         self._lease: UidLease | None = None
+        self._userns: int | None = None
         if os.geteuid() == 0:
             if config.image is not None:
                 _check_world_readable(config.image)
             try:
-                self._lease = acquire_uid(*config.uid_range)
+                self._lease = (acquire_uid(uid_block.BLOCK_BASE, uid_block.BLOCKS,
+                                           stride=uid_block.BLOCK_SIZE) if config.uid_block
+                               else acquire_uid(*config.uid_range))
             except RuntimeError as e:
                 raise SandboxError(str(e)) from e
         self.cgroup: cgroup.SandboxCgroup | None = None
         try:
+            if config.uid_block:
+                self._userns = uid_block.make_userns(self.uid)
             self.layer = PrivateLayer(
                 config.resolved_scratch_dir(), config.writable, owner=self.uid,
                 inside_uid=config.inside_uid, hostname=config.hostname,
                 size_bytes=config.limits.disk_bytes if can_mount else None,
-                image=config.image if config.writable_root and root_mounts else None)
+                image=config.image if config.writable_root and root_mounts else None,
+                owner_block=config.uid_block)
         except OSError as e:
             self._release_uid()
             raise SandboxError(f"cannot build the sandbox's private layer: {e}") from e
@@ -73,12 +85,14 @@ class SandboxInstance:
             self._release_uid()
             raise
         limits = config.limits
-        wants_cgroup = limits.sandbox_memory_bytes is not None or limits.cpus is not None
+        wants_cgroup = (limits.sandbox_memory_bytes is not None or limits.cpus is not None
+                        or config.uid_block)
         if self.uid is not None and wants_cgroup and cgroup.available():
             try:
                 self.cgroup = cgroup.SandboxCgroup(
                     os.path.basename(self.layer.path), self.uid, limits.sandbox_memory_bytes,
-                    limits.cpus, config.worker_memory_bytes)
+                    limits.cpus, config.worker_memory_bytes,
+                    processes=limits.processes if config.uid_block else None)
             except BaseException as e:
                 self.close()
                 if isinstance(e, OSError):
@@ -105,7 +119,8 @@ class SandboxInstance:
                 raise SandboxError(f"no pristine system over this root: {problem}")
         if self.backend == "bwrap":
             inner = bwrap_argv(self.config, self.layer, command, info_fd="{info_fd}",
-                               bwrap=self._tool, pristine_system=pristine_system, env=env)
+                               bwrap=self._tool, pristine_system=pristine_system, env=env,
+                               userns_fd=self._userns)
         else:
             inner = apptainer_argv(self.config, self.layer, command, apptainer=self._tool,
                                    pristine_system=pristine_system, env=env)
@@ -115,7 +130,8 @@ class SandboxInstance:
         try:
             return await spawn([*attach, *limits, *inner], uid=self.uid, cwd=self.layer.path,
                                stdin_pipe=stdin_pipe, info_fd_flag=self.backend == "bwrap",
-                               env=outer_env)
+                               env=outer_env,
+                               pass_fds=() if self._userns is None else (self._userns,))
         except OSError as e:
             raise SandboxError(f"cannot start {self.backend}: {e}") from e
 
@@ -124,7 +140,10 @@ class SandboxInstance:
         limit = self.config.limits.processes
         if self.uid is None or limit is None:
             return False
-        return count_processes(self.uid) >= limit - 2  # -2: fork errors make the count dip
+        # A sandbox with users: all its uids' processes, in its pids cgroup (threads count too).
+        count = (self.cgroup.process_count() if self.config.uid_block and self.cgroup
+                 else count_processes(self.uid))
+        return count >= limit - 2  # -2: fork errors make the count dip
 
     def close(self) -> None:
         """Deletes the private layer and the cgroups, returns the uid. Kill the processes first."""
@@ -136,6 +155,9 @@ class SandboxInstance:
             self._release_uid()
 
     def _release_uid(self) -> None:
+        if self._userns is not None:
+            os.close(self._userns)
+            self._userns = None
         if self._lease is not None:
             self._lease.release()
             self._lease = None

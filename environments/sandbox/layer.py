@@ -33,7 +33,7 @@ class PrivateLayer:
 
     def __init__(self, scratch_dir: str, writable: tuple[str, ...], owner: int | None,
                  inside_uid: int, hostname: str, size_bytes: int | None = None,
-                 image: str | None = None):
+                 image: str | None = None, owner_block: bool = False):
         """Args:
           scratch_dir: parent directory of all layers (created 0711 if missing).
           writable: sandbox paths to back with a private directory each.
@@ -42,6 +42,8 @@ class PrivateLayer:
           hostname: for the generated hosts file.
           size_bytes: make the layer a tmpfs of this size (needs root); None: a plain directory.
           image: build a copy-on-write root over this image directory (needs root and `owner`).
+          owner_block: `owner` is the first of a block of host ids the sandbox maps (its users):
+            the image's on-disk ids k show as owner + k (see `mounts.mount_idmapped`).
         """
         os.makedirs(scratch_dir, mode=0o711, exist_ok=True)
         self.path = os.path.join(scratch_dir, secrets.token_hex(8))
@@ -54,7 +56,7 @@ class PrivateLayer:
                 mounts.mount_tmpfs(self.path, size_bytes, owner)
                 self._mounts.append(self.path)
             if image is not None:
-                self._build_root(image, owner)
+                self._build_root(image, owner, owner_block)
             self.writable = {}
             os.mkdir(os.path.join(self.path, "rw"), 0o755)
             for i, dest in enumerate(writable):
@@ -75,7 +77,7 @@ class PrivateLayer:
             self.remove()
             raise
 
-    def _build_root(self, image: str, owner: int | None) -> None:
+    def _build_root(self, image: str, owner: int | None, owner_block: bool) -> None:
         if owner is None:
             raise OSError("a copy-on-write root needs a sandbox uid of its own (run as root)")
         self.pristine, self.root = (os.path.join(self.path, d) for d in ("pristine", "root"))
@@ -84,7 +86,7 @@ class PrivateLayer:
             os.mkdir(d, 0o755)
         for d in (upper, work):
             os.chown(d, owner, owner)   # the overlay's "/" takes the upper layer's owner
-        mounts.mount_idmapped(image, self.pristine, owner)
+        mounts.mount_idmapped(image, self.pristine, owner, block=owner_block)
         self._mounts.append(self.pristine)
         mounts.mount_overlay(self.pristine, upper, work, self.root)
         self._mounts.append(self.root)

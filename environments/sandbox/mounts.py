@@ -70,12 +70,16 @@ def mount_tmpfs(target: str, size_bytes: int, owner: int | None) -> None:
            f"mount tmpfs on {target}")
 
 
-def mount_idmapped(source: str, target: str, uid: int) -> None:
+def mount_idmapped(source: str, target: str, uid: int, block: bool = False) -> None:
     """Binds `source` read-only at `target`, on-disk uid and gid 0 shown as `uid`.
 
-    On-disk ids 1..65535 show as IMAGE_OWNERS + id.
+    On-disk ids 1..65535 show as IMAGE_OWNERS + id, or, with `block` (a sandbox that owns the
+    host ids uid..uid+65535, see `uid_block.py`), as uid + id: its own users.
     """
-    id_map = f"0 {uid} 1\n1 {IMAGE_OWNERS + 1} {_MAPPED_IDS - 1}\n"
+    if block:
+        id_map = f"0 {uid} {_MAPPED_IDS}\n"
+    else:
+        id_map = f"0 {uid} 1\n1 {IMAGE_OWNERS + 1} {_MAPPED_IDS - 1}\n"
     helper = subprocess.Popen(["unshare", "--user", "sleep", "60"], stdin=subprocess.DEVNULL)
     try:
         ns_path = f"/proc/{helper.pid}/ns/user"

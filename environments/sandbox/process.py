@@ -99,7 +99,8 @@ class SandboxProcess:
 
 
 async def spawn(argv: Sequence[str], *, uid: int | None, cwd: str, stdin_pipe: bool,
-                info_fd_flag: bool, env: dict[str, str] | None = None) -> SandboxProcess:
+                info_fd_flag: bool, env: dict[str, str] | None = None,
+                pass_fds: Sequence[int] = ()) -> SandboxProcess:
     """Starts `argv` (prlimit + backend argv) as `uid`, stdout/stderr piped.
 
     Args:
@@ -110,6 +111,7 @@ async def spawn(argv: Sequence[str], *, uid: int | None, cwd: str, stdin_pipe: b
       stdin_pipe: give the sandbox a stdin pipe (else /dev/null).
       info_fd_flag: read bwrap's --info-fd for the sandbox's PID 1.
       env: host-side environment of the outer process (backends clear it for the inside).
+      pass_fds: more fds the command inherits at the same numbers (a user namespace's).
     Raises:
       OSError: the outer process could not start (e.g. bwrap missing).
     """
@@ -127,7 +129,7 @@ async def spawn(argv: Sequence[str], *, uid: int | None, cwd: str, stdin_pipe: b
             cwd=cwd,
             env=env if env is not None else {"PATH": os.environ.get("PATH", os.defpath)},
             start_new_session=True,
-            pass_fds=() if info_w is None else (info_w,),
+            pass_fds=(*pass_fds, *(() if info_w is None else (info_w,))),
             **ids,
         )
     finally:

@@ -38,8 +38,10 @@ class UidLease:
         return f"UidLease(uid={self.uid}, held={self._fd is not None})"
 
 
-def acquire_uid(first: int, count: int, lock_dir: str = _LOCK_DIR) -> UidLease:
-    """Leases a uid in [first, first + count) that no other sandbox on this machine holds.
+def acquire_uid(first: int, count: int, lock_dir: str = _LOCK_DIR, stride: int = 1) -> UidLease:
+    """Leases a uid first + k * stride (0 <= k < count) that no other sandbox here holds.
+
+    With a `stride`, the lease is of the block [uid, uid + stride) (see `uid_block.py`).
 
     Raises:
       PermissionError: not running as root (only root may switch to an arbitrary uid).
@@ -50,7 +52,7 @@ def acquire_uid(first: int, count: int, lock_dir: str = _LOCK_DIR) -> UidLease:
     os.makedirs(lock_dir, mode=0o700, exist_ok=True)
     start = random.randrange(count)  # spreads concurrent allocators over the range
     for i in range(count):
-        uid = first + (start + i) % count
+        uid = first + (start + i) % count * stride
         fd = os.open(os.path.join(lock_dir, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
