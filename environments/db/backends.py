@@ -36,6 +36,9 @@ from environments.worker.blocking import SessionCalls
 
 RESULT_LIMIT = 800
 STATEMENT_TIMEOUT_S = 60.0   # AgentBench wraps each statement in asyncio.wait_for(..., 60)
+SIZE_POLL_S = 0.2            # how often a MySQL episode's size is read while a statement runs
+SIZE_LIMIT_ERROR = ("Error: the database reached its size limit of {mb:.0f} MB; the statement "
+                    "was stopped and its changes undone. Drop or empty tables to make room.")
 
 # Declared column types of the task format → the SQL types our backends create.
 _SQLITE_TYPES = {"INT": "INTEGER", "INTEGER": "INTEGER", "FLOAT": "REAL", "REAL": "REAL",
@@ -189,11 +192,20 @@ class MySQLDatabase(Database):
     `url` is `mysql://USER:PASSWORD@HOST:PORT` (or `mariadb://…`, or `…?unix_socket=PATH`): the
     worker's account, which creates the episode's own user (`mysql_accounts`); the agent's SQL
     runs as that user, on the session's thread. Past its timeout a statement is killed.
+
+    Size: MySQL has no per-user or per-database quota, so the worker keeps one. While a statement
+    runs it reads, every `SIZE_POLL_S`, the size of the episode's InnoDB tablespaces on disk
+    (from its own account; `INNODB_SYS_TABLESPACES` shows the files' real sizes). A statement
+    that grows them past `size_limit_bytes` is killed (and so rolled back); the agent reads
+    `SIZE_LIMIT_ERROR`. Statements that do not grow them (reads, deletes) still run once the
+    limit is reached. What escapes: what one statement writes within one poll, and what a
+    statement shorter than a poll writes (the next statement that grows the files is stopped).
     """
 
     kind = "mysql"
 
-    def __init__(self, url: str, statement_timeout_s: float = STATEMENT_TIMEOUT_S):
+    def __init__(self, url: str, statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+                 size_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES):
         import pymysql  # optional dependency: only the MySQL backend needs it
 
         self._pymysql = pymysql
@@ -202,8 +214,10 @@ class MySQLDatabase(Database):
         self._password = secrets.token_urlsafe(18)
         self._host = "localhost"
         self._statement_timeout_s = statement_timeout_s
+        self._size_limit_bytes = size_limit_bytes
         self._calls = SessionCalls("mysql")
         self._conn = None
+        self._watcher = None   # the worker's own connection that reads the database's size
 
     def _connect(self, database: str | None, as_episode_user: bool = False):
         params = dict(self._params)
@@ -244,15 +258,40 @@ class MySQLDatabase(Database):
                                        [[_cell(v, typed) for v in row] for row in rows])
 
     async def execute(self, sql: str, timeout: float = STATEMENT_TIMEOUT_S) -> str:
+        before = await asyncio.to_thread(self._database_bytes)
         running = asyncio.ensure_future(self._calls.run(self._execute, sql))
-        try:
-            text = await asyncio.wait_for(asyncio.shield(running), timeout)
-        except TimeoutError:
-            # From the worker's account: the agent may have lifted its max_statement_time.
-            await asyncio.to_thread(self._kill_running_query)
-            await asyncio.wait({running}, timeout=10)   # the killed statement returns
-            text = "Error: SQL execution timed out."
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            done, _ = await asyncio.wait(
+                {running}, timeout=max(0.0, min(SIZE_POLL_S, deadline - loop.time())))
+            if done:
+                return truncate(running.result())
+            if loop.time() >= deadline:
+                text = "Error: SQL execution timed out."
+                break
+            size = await asyncio.to_thread(self._database_bytes)
+            if size > self._size_limit_bytes and size > before:
+                text = SIZE_LIMIT_ERROR.format(mb=self._size_limit_bytes / 2**20)
+                break
+        # From the worker's account: the agent may have lifted its max_statement_time.
+        await asyncio.to_thread(self._kill_running_query)
+        await asyncio.wait({running}, timeout=10)   # the killed statement returns
         return truncate(text)
+
+    def _database_bytes(self) -> int:
+        """The size on disk of the episode's tablespaces (its tables and their indexes)."""
+        try:
+            if self._watcher is None:
+                self._watcher = self._connect(None)
+            with self._watcher.cursor() as cursor:
+                cursor.execute("SELECT COALESCE(SUM(FILE_SIZE), 0) FROM "
+                               "information_schema.INNODB_SYS_TABLESPACES WHERE NAME LIKE %s",
+                               (self.database.replace("_", "\\_") + "/%",))
+                return int(cursor.fetchone()[0])
+        except self._pymysql.err.Error:
+            self._close_watcher()
+            raise
 
     def _execute(self, sql: str) -> str:
         try:
@@ -309,6 +348,13 @@ class MySQLDatabase(Database):
             await self._calls.run(self._close_connection)
         finally:
             self._calls.close()
+            await asyncio.to_thread(self._close_watcher)
+
+    def _close_watcher(self) -> None:
+        with contextlib.suppress(self._pymysql.err.Error, OSError):
+            if self._watcher is not None:
+                self._watcher.close()
+        self._watcher = None
 
     def _drop_account(self) -> None:
         with contextlib.suppress(self._pymysql.err.Error, OSError):
@@ -356,8 +402,9 @@ def open_database(url: str | None, memory_limit_bytes: int = DEFAULT_MEMORY_LIMI
                   statement_timeout_s: float = STATEMENT_TIMEOUT_S) -> Database:
     """A new session database: SQLite when `url` is None or "sqlite", else MySQL/MariaDB.
 
-    `memory_limit_bytes` caps an SQLite episode's database (see `sqlite_guard`).
+    `memory_limit_bytes` caps the episode's database: SQLite's in memory (see `sqlite_guard`),
+    MySQL's tablespaces on disk (see `MySQLDatabase`).
     """
     if url in (None, "", "sqlite"):
         return SQLiteDatabase(memory_limit_bytes)
-    return MySQLDatabase(url, statement_timeout_s)
+    return MySQLDatabase(url, statement_timeout_s, memory_limit_bytes)

@@ -8,15 +8,22 @@ drops to the `mysql` system user (Debian's mariadb-server package creates it); r
 else, it runs as that user. Either way no server process runs as root.
 
 The worker connects as `dbbench_admin`, an account that can only create and drop databases named
-`dbbench_*` and the per-episode users that own them (`CREATE USER`, grants on `dbbench\\_%`), and
-stop their queries (`CONNECTION ADMIN`). It has no FILE privilege and no rights on other
-databases; `root@localhost` keeps socket authentication, i.e. only the OS root may use it.
+`dbbench_*` and the per-episode users that own them (`CREATE USER`, grants on `dbbench\\_%`),
+stop their queries (`CONNECTION ADMIN`) and see their tablespaces' sizes (`PROCESS`). It has no
+FILE privilege and no rights on other databases; `root@localhost` keeps socket authentication,
+i.e. only the OS root may use it.
 Each episode gets its own user and database (see `backends.MySQLDatabase`).
 
 Hardening flags: `--local-infile=0` (no `LOAD DATA LOCAL`), `--secure-file-priv` pointing at an
 empty directory (no server-side file import or export even with FILE), and
 `--enforce-storage-engine=InnoDB` (no `ENGINE=MEMORY` tables sized by a session variable the
-agent may raise).
+agent may raise). Disk: each episode's tables are bounded by the worker (it watches their
+tablespaces, `backends.MySQLDatabase`, hence PROCESS for its account); what the server writes
+besides them is bounded here: one statement's internal on-disk temporary table by
+`TMP_DISK_TABLE_BYTES` (also the most a session may raise `tmp_disk_table_size` to, through
+`--maximum-`), all sessions' `CREATE TEMPORARY TABLE`s together by a capped temporary
+tablespace (`TEMP_TABLESPACE_MAX`), both under ROOT (`--tmpdir`), so a size-limited filesystem
+at ROOT bounds the server as a whole.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from pathlib import Path
 ADMIN_USER = "dbbench_admin"
 DATABASE_PREFIX = "dbbench_"     # every episode database and user name starts with it
 _START_TIMEOUT_S = 120.0
+TMP_DISK_TABLE_BYTES = 256 * 2**20
+TEMP_TABLESPACE_MAX = "1G"
 
 
 def _binary(*names: str) -> str | None:
@@ -75,6 +84,7 @@ class MariaDBServer:
     def start(self) -> None:
         data = self.root / "data"
         (self.root / "files").mkdir(parents=True, exist_ok=True)   # secure-file-priv: empty
+        (self.root / "tmp").mkdir(exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.root, self.user, self.user)
         if not data.exists():
@@ -88,7 +98,10 @@ class MariaDBServer:
             [SERVER, "--no-defaults", f"--datadir={data}", f"--socket={self.socket}",
              "--skip-networking", "--skip-log-bin", f"--pid-file={self.root}/mysqld.pid",
              f"--user={self.user}", "--local-infile=0", f"--secure-file-priv={self.root}/files",
-             "--enforce-storage-engine=InnoDB"],
+             "--enforce-storage-engine=InnoDB", f"--tmpdir={self.root}/tmp",
+             f"--tmp-disk-table-size={TMP_DISK_TABLE_BYTES}",
+             f"--maximum-tmp-disk-table-size={TMP_DISK_TABLE_BYTES}",
+             f"--innodb-temp-data-file-path=ibtmp1:12M:autoextend:max:{TEMP_TABLESPACE_MAX}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_until_ready()
         self.admin_url = self._create_admin()
@@ -138,7 +151,7 @@ class MariaDBServer:
                                (password,))
                 cursor.execute("GRANT ALL PRIVILEGES ON `dbbench\\_%`.* "
                                f"TO '{ADMIN_USER}'@'localhost' WITH GRANT OPTION")
-                cursor.execute(f"GRANT CREATE USER, CONNECTION ADMIN ON *.* "
+                cursor.execute(f"GRANT CREATE USER, CONNECTION ADMIN, PROCESS ON *.* "
                                f"TO '{ADMIN_USER}'@'localhost'")
         finally:
             owner.close()

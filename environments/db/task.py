@@ -90,8 +90,8 @@ def _first_argument(call: ToolCall, name: str) -> Any:
 
 class DBTask(Task):
     """`split` is "train" or "test"; `backend` None/"sqlite" or a mysql://… URL;
-    `memory_limit_mb` caps each SQLite episode's database; `statement_timeout_s` each
-    statement (AgentBench's 60 s)."""
+    `memory_limit_mb` caps each episode's database (SQLite's in memory, MariaDB's on disk);
+    `statement_timeout_s` each statement (AgentBench's 60 s)."""
 
     tools = TOOLS
 

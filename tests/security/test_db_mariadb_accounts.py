@@ -116,3 +116,58 @@ def test_ended_episodes_leave_no_user_or_database(worker, server):
     finally:
         owner.close()
     assert users == {ADMIN_USER} and databases == ()
+
+
+SIZE_LIMIT_MB = 16
+
+
+@pytest.fixture(scope="module")
+def small_worker(server) -> Iterator[str]:
+    """Episodes whose databases may take 16 MB; statements get long enough to write far more."""
+    with running_worker("db", {"split": "test", "backend": server.admin_url,
+                               "memory_limit_mb": SIZE_LIMIT_MB,
+                               "statement_timeout_s": 60}) as api:
+        yield api
+
+
+def _tablespace_bytes(server: MariaDBServer, database: str) -> int:
+    owner = server.connect_as_owner()
+    try:
+        with owner.cursor() as cursor:
+            cursor.execute("SELECT COALESCE(SUM(FILE_SIZE), 0) FROM "
+                           "information_schema.INNODB_SYS_TABLESPACES WHERE NAME LIKE %s",
+                           (database.replace("_", "\\_") + "/%",))
+            return int(cursor.fetchone()[0])
+    finally:
+        owner.close()
+
+
+def test_filling_the_disk_stops_at_the_episodes_size_limit(small_worker, server):
+    session_id, _ = start(small_worker)
+    database = sql(small_worker, session_id, "SELECT DATABASE()")[3:-4]
+    sql(small_worker, session_id, "CREATE TABLE fill(a LONGTEXT)")
+    # 400 MB in one statement, and then more in small ones.
+    reply = sql(small_worker, session_id,
+                "INSERT INTO fill SELECT REPEAT('x', 1000000) FROM seq_1_to_400")
+    assert reply.startswith("Error: the database reached its size limit of 16 MB"), reply
+    assert sql(small_worker, session_id, "SELECT COUNT(*) FROM fill") == "[(0,)]"  # undone
+    for _ in range(3):
+        reply = sql(small_worker, session_id,
+                    "INSERT INTO fill SELECT REPEAT('y', 1000000) FROM seq_1_to_40")
+    assert reply.startswith("Error: the database reached its size limit"), reply
+    # Far less than the 520 MB asked for reached the disk; reads still work.
+    assert _tablespace_bytes(server, database) < 4 * SIZE_LIMIT_MB * 2**20
+    assert sql(small_worker, session_id, "SELECT 1") == "[(1,)]"
+    # Another episode is not affected by it.
+    other, _ = start(small_worker)
+    sql(small_worker, other, "CREATE TABLE t(a INT)")
+    assert sql(small_worker, other, "INSERT INTO t VALUES (1)") == "[]"
+    cancel(small_worker, session_id)
+    cancel(small_worker, other)
+
+
+def test_a_session_cannot_raise_its_temporary_table_size(worker):
+    session_id, _ = start(worker)
+    sql(worker, session_id, f"SET SESSION tmp_disk_table_size = {1 << 40}")
+    assert sql(worker, session_id, "SELECT @@tmp_disk_table_size") == f"[({256 << 20},)]"
+    cancel(worker, session_id)
