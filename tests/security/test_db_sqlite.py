@@ -97,6 +97,23 @@ def test_statement_timeout_still_holds(guarded_db_worker):
     cancel(guarded_db_worker, session_id)
 
 
+def test_a_runaway_statement_stops_at_its_deadline_while_others_are_served():
+    """The statement timeout is what bounds one statement's CPU: a session's endless query
+    returns at its deadline, and another session is answered while it runs."""
+    with running_worker("db", {"split": "test", "statement_timeout_s": 10}) as api:
+        hog, _ = start(api)
+        other, _ = start(api)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(sql, api, hog, ENDLESS)
+            answered = [sql(api, other, f"SELECT {i}") for i in range(3)]
+            served_meanwhile = not running.done()
+            assert running.result() == "Error: SQL execution timed out."
+        assert answered == ["[(0,)]", "[(1,)]", "[(2,)]"] and served_meanwhile
+        assert sql(api, hog, "SELECT 4") == "[(4,)]"   # the session goes on after its timeout
+        cancel(api, hog)
+        cancel(api, other)
+
+
 def test_endless_queries_of_some_sessions_do_not_starve_another(db_worker):
     """Eight sessions each run a query that only the 60 s statement timeout would stop (more
     than the shared default thread pool of a small machine has threads); a ninth session's

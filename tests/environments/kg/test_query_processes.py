@@ -74,3 +74,26 @@ def test_closing_a_session_kills_its_running_query(pool):
     with pytest.raises(QueryCancelled):
         session.select(ONE_HOP)   # a closed session runs nothing more
     assert pool.session().select(ONE_HOP) == [{"n": str(NODES * NODES)}]
+
+
+def test_a_runaway_query_is_stopped_at_its_deadline_while_other_sessions_are_served():
+    # Long enough that the other session's query surely ends first, even on a loaded host.
+    pool = QueryProcesses.from_ntriples(GRAPH, processes=2, deadline_s=10.0)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pool.session().select(ENDLESS)
+        except BaseException as error:  # noqa: BLE001 - handed to the test thread
+            errors.append(error)
+
+    try:
+        runaway = threading.Thread(target=run)
+        runaway.start()
+        answer = pool.session().select(ONE_HOP)
+        served_meanwhile = runaway.is_alive()
+        runaway.join()
+    finally:
+        pool.close()
+    assert answer == [{"n": str(NODES * NODES)}] and served_meanwhile
+    assert len(errors) == 1 and isinstance(errors[0], QueryDeadline), errors
