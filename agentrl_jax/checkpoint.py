@@ -29,9 +29,7 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
-
-class BaseMismatchError(ValueError):
-    """A checkpoint's adapters were trained over a different base model than this run's."""
+from agentrl_jax.models.lora import BaseMismatchError
 
 
 def abstract_like(tree: Any) -> Any:

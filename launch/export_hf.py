@@ -33,7 +33,6 @@ from agentrl_jax.models import peft_io
 from agentrl_jax.models.config import LoraConfig, ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.hf_io import load_hf, save_hf
-from agentrl_jax.tree_digest import tree_digest
 
 # Files of an HF model directory that are not weights and that an exported model should keep.
 _SIDE_FILES = (
@@ -96,14 +95,14 @@ def export_lora_checkpoint(
     lora = LoraConfig(rank=int(spec["rank"]), alpha=float(spec["alpha"]),
                       targets=tuple(spec["targets"]))
     base = load_hf(base_model)
-    frozen = nnx.to_pure_dict(nnx.state(base))
-    if spec.get("base_dtype"):  # the fingerprint is of the base as training held it
-        frozen = jax.tree.map(lambda x: x.astype(spec["base_dtype"]), frozen)
+    # The fingerprint is of the base as training held it.
+    frozen = lora_lib.cast_base(nnx.to_pure_dict(nnx.state(base)), spec.get("base_dtype"))
     host = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
     graphdef, adapters, base_params = lora_lib.split(lora_lib.with_adapters(base, lora))
     target = {"layers": {name: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=host)
                          for name, x in adapters["layers"].items()}}
-    with CheckpointManager(checkpoint_dir, base_fingerprint=tree_digest(frozen)) as manager:
+    fingerprint = lora_lib.base_fingerprint(frozen)
+    with CheckpointManager(checkpoint_dir, base_fingerprint=fingerprint) as manager:
         params = manager.restore_params(target, step=step)
     model = nnx.merge(graphdef, lora_lib.combine(base_params, jax.device_get(params)))
     save_hf(model, out, dtype=_DTYPES[dtype] if dtype else None)  # merged

@@ -131,7 +131,8 @@ async def run_rl(
     stream = curriculum.task_stream(task_indices, pcfg.curriculum, pcfg.seed)
     state = trainer.init_state(pcfg.seed)
     every = int(config.checkpoint.every)
-    # LoRA checkpoints name their base (single-host: the fingerprint reads the whole base).
+    # LoRA checkpoints name their base (single-host for now: on several hosts every process
+    # would compute `trainer.base_fingerprint`, which works on a multi-host mesh).
     base = dict(base_fingerprint=trainer.base_fingerprint,
                 adapter_config=trainer.adapter_config()) if leader is None else {}
     with CheckpointManager(checkpoint_dir(run_dir), max_to_keep=config.checkpoint.keep,

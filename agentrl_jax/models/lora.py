@@ -16,14 +16,39 @@ from flax import nnx
 
 from agentrl_jax.models.config import LoraConfig
 from agentrl_jax.models.decoder import Decoder, LoraParam, init_adapters, lora_names
+from agentrl_jax.tree_digest import tree_fingerprint
 
 Tree = dict[str, Any]
+
+
+class BaseMismatchError(ValueError):
+    """Adapters meet a base model other than the one they were trained over (a checkpoint's
+    or a sampling worker's base has another `base_fingerprint`)."""
 
 
 def split(model: Decoder) -> tuple[nnx.GraphDef, Tree, Tree]:
     """(graphdef, adapters, base) of a Decoder with adapters, as pure dicts (no copies)."""
     graphdef, adapters, base = nnx.split(model, LoraParam, ...)
     return graphdef, nnx.to_pure_dict(adapters), nnx.to_pure_dict(base)
+
+
+def cast_base(base: Tree, dtype: Any | None) -> Tree:
+    """The frozen base as LoRA training holds it: floating arrays cast to `dtype` (e.g.
+    bfloat16; None keeps them). Traceable, so the trainer casts on its devices."""
+    if not dtype:
+        return base
+
+    def cast(x):
+        return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    return jax.tree.map(cast, base)
+
+
+def base_fingerprint(base: Tree) -> str:
+    """What LoRA adapters are valid over: the fingerprint of the frozen base tree (`split`'s
+    base, as `cast_base` holds it), the same however and wherever it is sharded. Checkpoints
+    and sampling workers compare it with their own base's."""
+    return tree_fingerprint(base)
 
 
 def combine(base: Tree, adapters: Tree) -> Tree:

@@ -43,7 +43,6 @@ from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.rl import losses
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rl.batch import TrainBatch
-from agentrl_jax.tree_digest import tree_digest
 
 Params = Any
 
@@ -207,18 +206,16 @@ class Trainer:
             return {}
         shardings = nnx.to_pure_dict(sharding_lib.state_shardings(frozen, self.mesh, rules))
         dtype = self.config.lora.base_dtype
-
-        def cast(x):
-            return x.astype(dtype) if dtype and jnp.issubdtype(x.dtype, jnp.floating) else x
-
-        return jax.jit(lambda p: jax.tree.map(cast, p), out_shardings=shardings)(
+        return jax.jit(lambda p: lora_lib.cast_base(p, dtype), out_shardings=shardings)(
             nnx.to_pure_dict(frozen))
 
     @property
     def base_fingerprint(self) -> str | None:
-        """SHA-256 of the frozen base (None without LoRA): what a LoRA checkpoint is valid for."""
+        """`models.lora.base_fingerprint` of the frozen base (None without LoRA): what a LoRA
+        checkpoint and a sampling worker's base must match. Computed on the trainer's devices;
+        on several processes every one must read it (all get the same value)."""
         if self.lora is not None and self._base_fingerprint is None:
-            self._base_fingerprint = tree_digest(self.frozen_params)
+            self._base_fingerprint = lora_lib.base_fingerprint(self.frozen_params)
         return self._base_fingerprint
 
     def adapter_config(self) -> dict[str, Any] | None:
