@@ -6,6 +6,11 @@ plays them against the environment controller with its own engine, and posts the
 rollouts back. The hub serves on the pipeline's own event loop, so claims go through the same
 staleness gate and rollouts into the same buffer as in-process rollout workers.
 
+Each heartbeat carries the (version, checksum) the worker serves per policy, after verifying
+what it downloaded (`pipeline.sampling_worker`); the hub keeps them (`served`) and refuses claims
+from a worker that reports serving a version under another checksum than the one published.
+With LoRA (`spec["adapters"]`) the published weights are the adapters alone.
+
 A worker that stops heartbeating for `lease_timeout_s` is lost: every member of its claimed
 groups that has not arrived is entered as a failed rollout, so those groups are released and
 masked out instead of blocking the trainer, and nothing the worker was still playing is trained
@@ -53,6 +58,8 @@ class RolloutHub:
         self.deliver_fn: Callable[[Rollout], None] | None = None
         # policy -> (version, safetensors blob, SHA-256 checksum of the arrays)
         self._blobs: dict[str, tuple[int, bytes, str]] = {}
+        self._published: dict[tuple[str, int], str] = {}  # (policy, version) -> checksum
+        self._serving: dict[str, dict[str, tuple[int, str]]] = {}  # worker -> policy -> pair
         self._last_seen: dict[str, float] = {}
         self._leases: dict[int, _Lease] = {}
         self.lost_workers: list[str] = []
@@ -72,10 +79,27 @@ class RolloutHub:
         """
         checksum = tree_digest(weights) if checksum is None else checksum
         self._blobs[policy] = (version, weights_to_bytes(weights), checksum)
+        self._published[(policy, version)] = checksum
 
     @property
     def versions(self) -> dict[str, int]:
         return {policy: version for policy, (version, _, _) in self._blobs.items()}
+
+    @property
+    def serves_adapters(self) -> bool:
+        """Whether workers build their engine over their own base and take adapter updates
+        (`spec["adapters"]`, a LoRA trainer), rather than full weights."""
+        return "adapters" in self.spec
+
+    def served(self, worker_id: str) -> dict[str, tuple[int, str]]:
+        """policy -> (version, checksum) that `worker_id` last reported serving."""
+        return dict(self._serving.get(worker_id, {}))
+
+    def _unverified(self, worker_id: str) -> list[str]:
+        """The policies the worker serves under a checksum other than the one published."""
+        return [f"{policy} v{version}" for policy, (version, checksum)
+                in self._serving.get(worker_id, {}).items()
+                if self._published.get((policy, version)) != checksum]
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serves on the running loop; returns the API URL."""
@@ -138,7 +162,16 @@ class RolloutHub:
         @app.post("/api/heartbeat")
         async def heartbeat(request: Request) -> dict[str, Any]:
             body = await _json_object(request)
-            self._last_seen[str(body.get("worker_id", ""))] = time.monotonic()
+            worker_id = str(body.get("worker_id", ""))
+            self._last_seen[worker_id] = time.monotonic()
+            serving = body.get("serving")
+            if isinstance(serving, dict):
+                try:
+                    self._serving[worker_id] = {str(p): (int(v), str(c))
+                                                for p, (v, c) in serving.items()}
+                except (TypeError, ValueError):
+                    return JSONResponse({"detail": "'serving' maps policy -> [version, "
+                                                   "checksum]"}, 422)
             return {"versions": self.versions}
 
         @app.get("/api/weights")
@@ -154,6 +187,8 @@ class RolloutHub:
             worker_id = str((await _json_object(request)).get("worker_id", ""))
             if worker_id not in self._last_seen:
                 return JSONResponse({"detail": "heartbeat first"}, 409)
+            if unverified := self._unverified(worker_id):
+                return JSONResponse({"detail": f"serves unpublished weights: {unverified}"}, 409)
             claimed = self.claim_fn() if self.claim_fn else None
             if claimed is None:
                 return Response(status_code=204)

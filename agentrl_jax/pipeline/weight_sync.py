@@ -7,11 +7,14 @@ then reshards the copy onto the sampler mesh (`jax.device_put`), which is the tr
 trainer and sampler sub-meshes in the disaggregated layout.
 
 With `trainer.lora`, an update carries the adapter tree alone (the sampler keeps the base,
-`sampling.adapter_engine`), and delivery is verified: each update has a version and a SHA-256
+`sampling.adapter_engine`; a worker process loads its own, `pipeline.sampling_worker`), and
+delivery to an in-process sampler is verified: each update has a version and a SHA-256
 checksum of its arrays, computed on the trainer's host before sending; the sampler installs it
 only if the arrays it placed have that checksum and answers with the (version, checksum) it now
 serves. `deliver` retries a lost or refused update and fails loudly after `attempts`, so a
-sampler can never go on serving old or corrupted weights under a new version number.
+sampler can never go on serving old or corrupted weights under a new version number. Workers
+behind the hub verify what they download against the same checksum and report what they serve
+(`pipeline.rollout_hub`).
 """
 
 from __future__ import annotations
@@ -104,11 +107,11 @@ async def sync_weights(
     multi-host leader gathers them to its host, `pipeline.multihost`); default a device copy.
     An engine with a `receive` method (`AdapterSamplingEngine`) gets verified delivery.
     """
-    if trainer.lora is not None and hub is not None:
-        # A worker builds its engine from the first full weights it downloads; serving
-        # adapter-only updates there (base shipped once) is not implemented yet.
-        raise NotImplementedError("out-of-process sampling workers do not serve LoRA adapters "
-                                  "yet; run LoRA with in-process samplers")
+    if hub is not None and hub.serves_adapters != (trainer.lora is not None):
+        raise ValueError(
+            "the rollout hub's spec and the trainer disagree on LoRA: a LoRA trainer's hub needs "
+            "make_spec(..., adapters=adapter_spec(trainer, base_model)), and only a LoRA "
+            "trainer's hub may have one")
     weights = snapshot(trainer, state) if weights is None else weights
     updated = ["current"]
     if stale_every and version % stale_every == 0:

@@ -128,11 +128,3 @@ def test_lost_and_corrupted_updates_are_detected_and_retried():
 
     asyncio.run(main())
 
-
-def test_lora_with_out_of_process_samplers_is_refused_clearly():
-    from agentrl_jax.pipeline.rollout_hub import RolloutHub
-
-    trainer = _trainer()
-    with pytest.raises(NotImplementedError, match="LoRA"):
-        asyncio.run(weight_sync.sync_weights(None, trainer, trainer.init_state(), 1,
-                                             stale_every=None, hub=RolloutHub({}, 2)))
