@@ -6,6 +6,11 @@ Same batch, same run (each part in its own subprocess, so each peak RSS is its o
     median of `--steps` after a warm-up step), `full_peak_rss_mb`, `lora_peak_rss_mb`;
   * weight update: bytes one sync carries, `full_sync_bytes` (the sampler-layout weights) vs
     `lora_sync_bytes` (the adapter tree);
+  * FLOPs of one step (XLA's cost analysis of the compiled gradient and optimizer update):
+    `full_step_gflop`, `lora_step_gflop`, `lora_vs_full_flops`, and the LoRA step's forward
+    (`lora_forward_gflop`). XLA counts a while loop's body once, so these are compiled with
+    every `lax.scan` unrolled (the layer stack, the logits chunks), in their own subprocess;
+    unlike the times, they do not depend on the machine's load;
   * decode: greedy tokens/s of the sampling engine at batch `--decode_batch`, the base model vs
     the same base with the adapter applied unmerged (`AdapterSamplingEngine`, the serving path)
     vs merged into a copy of the weights: `lora_decode_vs_base` (unmerged / base) and
@@ -54,7 +59,6 @@ def train_part(mode: str, batch: int, length: int, steps: int) -> dict:
     from agentrl_jax.parallel.mesh import make_mesh
     from agentrl_jax.pipeline import weight_sync
     from agentrl_jax.rl import train_step as ts
-    from agentrl_jax.rl.batch import TrainBatch
 
     c = ts.default_config()
     c.optimizer.learning_rate = 1e-5
@@ -65,15 +69,7 @@ def train_part(mode: str, batch: int, length: int, steps: int) -> dict:
     trainer = ts.Trainer(model, c, make_mesh(devices=jax.devices()[:1]))
     del model
     state = trainer.init_state()
-    rng = np.random.default_rng(0)
-    shape = (batch, length)
-    tokens = rng.integers(0, trainer.model_view().cfg.vocab_size, shape).astype(np.int32)
-    mb = TrainBatch(
-        tokens=tokens, positions=np.broadcast_to(np.arange(length, dtype=np.int32), shape).copy(),
-        segment_ids=np.ones(shape, np.int32), targets=np.roll(tokens, -1, axis=1),
-        loss_mask=np.ones(shape, np.float32),
-        advantages=rng.standard_normal(shape).astype(np.float32),
-        behaviour_logprobs=np.full(shape, -10.0, np.float32))
+    mb = _batch(batch, length, trainer.model_view().cfg.vocab_size)
     times = []
     for _ in range(steps + 1):
         start = time.perf_counter()
@@ -82,6 +78,58 @@ def train_part(mode: str, batch: int, length: int, steps: int) -> dict:
     sync_bytes = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state)).nbytes
     return {"step_s": statistics.median(times[1:]), "peak_rss_mb": _peak_rss_mb(),
             "sync_bytes": sync_bytes}
+
+
+def _gflop(compiled) -> float:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return cost["flops"] / 1e9
+
+
+def flops_part(batch: int, length: int) -> dict:
+    import functools
+
+    import optax
+
+    scan = jax.lax.scan
+    jax.lax.scan = functools.partial(scan, unroll=True)  # see the module docstring
+    from agentrl_jax.parallel.mesh import make_mesh
+    from agentrl_jax.rl import train_step as ts
+
+    out = {}
+    for mode in ("full", "lora"):
+        c = ts.default_config()
+        c.seq_buckets, c.tokens_per_micro = (length,), batch * length
+        if mode == "lora":
+            _lora_config(c)
+        trainer = ts.Trainer(_base(), c, make_mesh(devices=jax.devices()[:1]))
+        state = trainer.init_state()
+        mb = _batch(batch, length, trainer.model_view().cfg.vocab_size)
+        grads = jax.jit(lambda p, mb, t=trainer: t.gradients(p, [mb], float(batch * length))
+                        ).lower(state.params, mb)
+        update = jax.jit(lambda s, g, t=trainer: optax.apply_updates(
+            s.params, t.tx.update(g, s.opt_state, s.params)[0])).lower(state, state.params)
+        out[f"{mode}_step_gflop"] = _gflop(grads.compile()) + _gflop(update.compile())
+        if mode == "lora":
+            forward = jax.jit(trainer.logprobs).lower(state.params, mb)
+            out["lora_forward_gflop"] = _gflop(forward.compile())
+        del trainer, state
+    return out
+
+
+def _batch(batch: int, length: int, vocab: int):
+    """One packed micro-batch of random tokens, every position trained."""
+    from agentrl_jax.rl.batch import TrainBatch
+
+    rng = np.random.default_rng(0)
+    shape = (batch, length)
+    tokens = rng.integers(0, vocab, shape).astype(np.int32)
+    return TrainBatch(
+        tokens=tokens, positions=np.broadcast_to(np.arange(length, dtype=np.int32), shape).copy(),
+        segment_ids=np.ones(shape, np.int32), targets=np.roll(tokens, -1, axis=1),
+        loss_mask=np.ones(shape, np.float32),
+        advantages=rng.standard_normal(shape).astype(np.float32),
+        behaviour_logprobs=np.full(shape, -10.0, np.float32))
 
 
 def decode_part(batch: int, prompt_len: int, new: int, rounds: int) -> dict:
@@ -135,7 +183,7 @@ def _subprocess(*args: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", choices=["train", "decode"])
+    parser.add_argument("--part", choices=["train", "flops", "decode"])
     parser.add_argument("--mode", choices=["full", "lora"], default="full")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
@@ -148,6 +196,9 @@ def main() -> None:
     if args.part == "train":
         print(json.dumps(train_part(args.mode, args.batch, args.length, args.steps)))
         return
+    if args.part == "flops":
+        print(json.dumps(flops_part(args.batch, args.length)))
+        return
     if args.part == "decode":
         print(json.dumps(decode_part(args.decode_batch, args.prompt, args.new, args.rounds)))
         return
@@ -155,12 +206,15 @@ def main() -> None:
              "--steps", str(args.steps))
     full = _subprocess(*train, "--mode", "full")
     lora = _subprocess(*train, "--mode", "lora")
+    flops = _subprocess("--part", "flops", "--batch", str(args.batch), "--length",
+                        str(args.length))
     decode = _subprocess("--part", "decode", "--decode_batch", str(args.decode_batch),
                          "--prompt", str(args.prompt), "--new", str(args.new),
                          "--rounds", str(args.rounds))
     figures = {
         "lora_vs_full_step": lora["step_s"] / full["step_s"],
         "full_step_s": full["step_s"], "lora_step_s": lora["step_s"],
+        "lora_vs_full_flops": flops["lora_step_gflop"] / flops["full_step_gflop"], **flops,
         "full_peak_rss_mb": full["peak_rss_mb"], "lora_peak_rss_mb": lora["peak_rss_mb"],
         "full_sync_bytes": full["sync_bytes"], "lora_sync_bytes": lora["sync_bytes"],
         "lora_decode_vs_base": decode["unmerged_decode_tok_s"] / decode["base_decode_tok_s"],
