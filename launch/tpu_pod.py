@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import pathlib
@@ -59,6 +60,7 @@ from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.hf_io import load_hf, save_hf
 from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.pipeline import multihost
+from agentrl_jax.pipeline.trainer_driver import MultiHostDriver, TrainerDriver
 from agentrl_jax.rl.train_step import TrainState
 from environments.registry import task_key
 
@@ -203,7 +205,7 @@ def copy_files(local: pathlib.Path, url: str) -> None:
 
 async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
                model: Decoder, reference: Decoder | None,
-               leader: multihost.Leader | None) -> TrainState:
+               make_driver: rl_stage.DriverFactory) -> rl_stage.RLResult:
     """Process 0: sampler, controller, the RL pipeline, evaluation and export."""
     log_dir = log_dir_of(config)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -239,7 +241,8 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
                 result = await rl_stage.run_rl(
                     config.rl, policy=policy, engine=engine, trainer_mesh=layout.trainer,
                     client=client, task_indices=tasks, run_dir=config.run_dir,
-                    metrics=metrics, on_step=on_step, reference=reference, leader=leader)
+                    metrics=metrics, on_step=on_step, reference=reference,
+                    make_driver=make_driver)
                 if config.eval.after_rl:
                     await evaluate(config, policy, engine, client, "eval_after", log_dir,
                                    metrics, config.rl.pipeline.steps)
@@ -249,7 +252,7 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
         metrics.close()
     if is_url(config.run_dir):
         copy_files(log_dir, os.path.join(config.run_dir, "logs"))
-    return result.state
+    return result
 
 
 # ----------------------------------------------------------------------------- the job
@@ -262,20 +265,17 @@ def run(config: ml_collections.ConfigDict) -> TrainState:
     layout = build_layout(config.mesh)
     policy_dir = policy_lib.pretrained_dir(config.model)
     model, reference = load_trainer_models(config, policy_dir, layout.trainer)
-    channel = None
+    make_driver: rl_stage.DriverFactory = TrainerDriver
     if jax.process_count() > 1:
         channel = multihost.Channel(layout.trainer.devices.flat)
+        make_driver = functools.partial(MultiHostDriver, channel=channel)
     if not multihost.is_leader():
-        state = multihost.follow_rl(
-            config.rl, model=model, trainer_mesh=layout.trainer, reference=reference,
-            checkpoint_dir=rl_stage.checkpoint_dir(config.run_dir), channel=channel)
-        multihost.wait_for_leader(channel)
-        return state
-    leader = multihost.Leader(channel) if channel is not None else None
-    state = asyncio.run(lead(config, layout, policy_dir, model, reference, leader))
-    if leader is not None:
-        leader.done()
-    return state
+        return rl_stage.follow_rl(config.rl, model=model, trainer_mesh=layout.trainer,
+                                  run_dir=config.run_dir, make_driver=make_driver,
+                                  reference=reference)
+    result = asyncio.run(lead(config, layout, policy_dir, model, reference, make_driver))
+    result.driver.done()  # the followers return (they waited for evaluation and export)
+    return result.state
 
 
 def start(argv: list[str]) -> ml_collections.ConfigDict:

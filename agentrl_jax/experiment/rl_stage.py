@@ -7,31 +7,36 @@ restarted run continues the same draw sequence after the last checkpointed step:
 were in flight when the process died are never trained (their draws are skipped, not
 replayed), and no group id is used twice. Metric records of the lost steps are dropped.
 
-`run_dir` may be a bucket URL (a string: `gs://bucket/run`); the checkpoints go beneath it. With
-a `leader` (`pipeline.multihost`), this process drives a run whose every train step, parameter
-gather and checkpoint save all processes make; the others run `multihost.follow_rl`.
+`run_dir` may be a bucket URL (a string: `gs://bucket/run`); the checkpoints go beneath it. The
+trainer is driven through a `pipeline.trainer_driver.TrainerDriver`: on one host this process's
+own, on several a `MultiHostDriver` whose every train step, weight gather and checkpoint save
+all processes make (the leader runs `run_rl`, the others `follow_rl`; both set up through the
+same `open_training`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from agentrl_jax.checkpoint import CheckpointManager
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.policy import Policy
 from agentrl_jax.models import lora
 from agentrl_jax.models.decoder import Decoder
-from agentrl_jax.pipeline import curriculum, multihost, runner
+from agentrl_jax.pipeline import curriculum, runner
+from agentrl_jax.pipeline.trainer_driver import (
+    MultiHostDriver,
+    TrainerDriver,
+    Training,
+    open_training,
+)
 from agentrl_jax.rl import advantages, train_step
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
 from agentrl_jax.rollout.cross_policy import PolicyMix
@@ -39,6 +44,8 @@ from agentrl_jax.sampling import AsyncSamplingEngine, EngineConfig, SamplingEngi
 from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine
 
 log = logging.getLogger(__name__)
+
+DriverFactory = Callable[[Training], TrainerDriver]
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -98,7 +105,7 @@ def make_engine(config: ml_collections.ConfigDict, policy: Policy,
 @dataclasses.dataclass
 class RLResult:
     state: train_step.TrainState
-    trainer: train_step.Trainer
+    driver: TrainerDriver  # `done()` once this process's evaluation and export are over
     resumed_from: int | None
 
 
@@ -119,28 +126,23 @@ async def run_rl(
     metrics: MetricsLog,
     on_step: Callable[[runner.StepReport], None] | None = None,
     reference: Decoder | None = None,
-    leader: multihost.Leader | None = None,
+    make_driver: DriverFactory = TrainerDriver,
 ) -> RLResult:
     """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`.
 
-    `reference`: the frozen model of the KL term (`trainer.loss.kl_coef`).
+    `reference`: the frozen model of the KL term (`trainer.loss.kl_coef`). `make_driver`: the
+    `TrainerDriver` over the opened training (default this process alone; on several hosts
+    `MultiHostDriver`, whose followers run `follow_rl`).
     """
     check_context_fits_training(config)
     pcfg = config.pipeline
-    trainer = train_step.Trainer(policy.model, config.trainer, trainer_mesh, reference=reference)
     stream = curriculum.task_stream(task_indices, pcfg.curriculum, pcfg.seed)
-    state = trainer.init_state(pcfg.seed)
     every = int(config.checkpoint.every)
-    # LoRA checkpoints name their base (single-host for now: on several hosts every process
-    # would compute `trainer.base_fingerprint`, which works on a multi-host mesh).
-    base = dict(base_fingerprint=trainer.base_fingerprint,
-                adapter_config=trainer.adapter_config()) if leader is None else {}
-    with CheckpointManager(checkpoint_dir(run_dir), max_to_keep=config.checkpoint.keep,
-                           **base) as ckpt:
-        save = ckpt.save if leader is None else functools.partial(leader.save, ckpt)
-        start, book = ckpt.latest_step(), None
+    with open_training(config, model=policy.model, trainer_mesh=trainer_mesh,
+                       checkpoint_dir=checkpoint_dir(run_dir), reference=reference) as training:
+        driver = make_driver(training)
+        start, book = training.start, training.bookkeeping
         if start is not None:
-            state, book = ckpt.restore(state)
             stream.set_state(book["stream_state"])
             dropped = metrics.truncate("rl", start)
             log.info("resumed RL from step %d (dropped %d records of lost steps)", start, dropped)
@@ -149,22 +151,37 @@ async def run_rl(
             trained = sorted({r.group_id for r in report.rollouts})
             metrics.write("rl", report.step, {**report.metrics, "groups_trained": trained})
             if report.step % every == 0 or report.step == pcfg.steps:
-                save(report.step, report.state, bookkeeping=report.bookkeeping, force=True)
+                driver.save(report.step, report.state, bookkeeping=report.bookkeeping)
             if on_step is not None:
                 on_step(report)
 
         pipeline = runner.RLPipeline(
-            pcfg, client=client, engine=engine,
-            trainer=trainer if leader is None else leader.wrap(trainer),
+            pcfg, client=client, engine=engine, trainer=driver,
             agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
             adv_config=config.advantages, on_step=checkpoint_and_log, bookkeeping=book,
-            weights_fn=None if leader is None else leader.sampler_weights(trainer))
-        state = await pipeline.run(state, start_step=start or 0)
-        # Multi-host: the followers' loop ends here; the parameters come to this host.
-        params = jax.device_get(state.params) if leader is None else leader.finish(state)
-        ckpt.wait_until_finished()
+            weights_fn=driver.weights)
+        state = await pipeline.run(training.state, start_step=start or 0)
+        params = driver.finish(state)
     # The trained weights back into the policy's model, for evaluation and export.
     from flax import nnx
 
-    nnx.update(policy.model, nnx.state(lora.merged(trainer.model(params))))
-    return RLResult(state, trainer, start)
+    nnx.update(policy.model, nnx.state(lora.merged(driver.model(params))))
+    return RLResult(state, driver, start)
+
+
+def follow_rl(
+    config: ml_collections.ConfigDict,
+    *,
+    model: Decoder,
+    trainer_mesh: Mesh,
+    run_dir: str | os.PathLike,
+    make_driver: Callable[[Training], MultiHostDriver],
+    reference: Decoder | None = None,
+) -> train_step.TrainState:
+    """A follower's side of `run_rl` on several hosts: the same training set-up (so the same
+    trainer-mesh calls in the same order), then the driver's `serve` until the leader is done.
+    Returns this process's final state (its shards)."""
+    check_context_fits_training(config)
+    with open_training(config, model=model, trainer_mesh=trainer_mesh,
+                       checkpoint_dir=checkpoint_dir(run_dir), reference=reference) as training:
+        return make_driver(training).serve(training.state)

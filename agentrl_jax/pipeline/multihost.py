@@ -1,46 +1,26 @@
-"""Multi-host RL: one rollout leader, every process a trainer (SPMD).
+"""Multi-host transport: joining the processes, and the leader's messages to the followers.
 
 Layout. `jax.distributed` joins N processes. Process 0 is the *leader*: it talks to the
-controller, runs the rollout workers and the sampling engine on the first few of its own local
-devices (the sampler mesh, process-local), and drives the pipeline (`pipeline.runner`). Every
-other device of every process, process 0's remaining ones included, forms one global trainer
-mesh; every process holds its shards of the parameters and optimizer state and calls the same
-jitted train step on it (single program, multiple data). So the leader must keep at least one
-device for training (it takes part in every trainer computation), and the sampler never shares
-a device with the trainer (two programs with collectives on the same devices could be queued in
-different orders on different devices, which deadlocks).
+controller, runs the pipeline (`pipeline.runner`) and alone decides what the trainer does next
+(steps, checkpoints, the task stream's order). Every process holds shards of one global trainer
+mesh and calls the same jitted computations on it (single program, multiple data); how they are
+driven is `pipeline.trainer_driver.MultiHostDriver`, which sends its announcements through the
+`Channel` here. The sampler never shares a device with the trainer (two programs with
+collectives on the same devices could be queued in different orders on different devices,
+which deadlocks), and the leader keeps at least one trainer device (it takes part in every
+trainer computation).
 
-Protocol. The leader is the only process that knows what happens next, so before each
-computation on the trainer mesh it *announces* it to the followers, which run a loop that
-receives one message and performs the same call:
+A message is one broadcast over the trainer devices (`Channel`): its size first (a fixed-shape
+int32), then its bytes in chunks of a few fixed sizes (so a varying batch size compiles nothing
+new), each chunk a sum over a [devices, chunk] array in which only the leader's row is non-zero.
+Only trainer devices take part, so a broadcast never waits behind the sampler's work. Messages
+are `np.savez` archives (a JSON header and plain arrays), never pickles.
 
-    step     the packed micro-batches and the global loss-token count → `trainer.step`
-    gather   → the parameters are all-gathered and copied to the host (leader: kept, to become
-               the sampler's weights or the exported model; followers: dropped)
-    save     a step and the pipeline's bookkeeping → the Orbax checkpoint save, which Orbax
-               requires of every process (each writes its own shards; process 0 the JSON)
-    finish   → followers leave the loop (then wait for pending saves, as the leader does)
-    done     → followers exit: the leader has finished evaluating and exporting
-
-Every process issues the same sequence of trainer-mesh computations in the same order, which is
-all SPMD needs. A message is one broadcast over the trainer devices (`Channel`): its size first
-(a fixed-shape int32), then its bytes in chunks of a few fixed sizes (so a varying batch size
-compiles nothing new), each chunk a sum over a [devices, chunk] array in which only the
-leader's row is non-zero. Messages are `np.savez` archives (a JSON header and plain arrays),
-never pickles.
-
-Weight sync. After each step the leader needs the new parameters on its sampler mesh, which
-lies outside the trainer mesh; a device transfer between them would have to cross processes.
-Instead every process joins an all-gather of the parameters onto each trainer device and the
-leader copies the result to host memory; the engine then places it onto the sampler mesh
-(`jax.device_put`). Stacked layer parameters are gathered one layer at a time, so a device
-never holds more than one layer's full matrices beyond its own shards. The leader's host holds a
-full copy of the parameters (fp32: 4 bytes per parameter).
-
-Followers block inside the broadcast collective while the leader collects rollouts; on TPU that
-wait has no timeout. On CPU (tests) Gloo collectives time out after its default (30 min). If a
-process dies, `jax.distributed`'s heartbeats end the others (100 s by default); rerunning the
-same command on every host resumes from the last checkpoint (`experiment.rl_stage`).
+Faults. Followers block inside the broadcast collective while the leader collects rollouts;
+on TPU that wait has no timeout of its own. `initialize` sets the coordination service's
+heartbeat timeout (`HEARTBEAT_TIMEOUT_S`), after which the processes that remain learn of a
+dead peer and end; rerunning the same command on every host resumes from the last checkpoint
+(`experiment.rl_stage`).
 """
 
 from __future__ import annotations
@@ -50,23 +30,20 @@ import io
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agentrl_jax.checkpoint import CheckpointManager
-from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.rl.batch import TrainBatch
-from agentrl_jax.rl.train_step import Trainer, TrainState
 
 log = logging.getLogger(__name__)
 
-LEADER = 0  # the process that samples and drives the pipeline
+LEADER = 0  # the process that drives the pipeline and the trainer
+HEARTBEAT_TIMEOUT_S = 100  # a process silent this long is dead: the others end (JAX's default)
 
 
 # ----------------------------------------------------------------------------- start-up
@@ -86,8 +63,11 @@ def initialize(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
+    heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S,
 ) -> None:
     """Joins the processes of a run; must come before any JAX computation.
+
+    `heartbeat_timeout_s` bounds how long the others run on after one process died.
 
     Explicit arguments (any of them) initialise with those (the rest from JAX's cluster
     detection or environment). Without them: on a Cloud TPU VM, `jax.distributed.initialize()`
@@ -96,9 +76,10 @@ def initialize(
     """
     if coordinator_address or num_processes is not None or process_id is not None:
         jax.distributed.initialize(coordinator_address=coordinator_address,
-                                   num_processes=num_processes, process_id=process_id)
+                                   num_processes=num_processes, process_id=process_id,
+                                   heartbeat_timeout_seconds=heartbeat_timeout_s)
     elif on_cloud_tpu_vm():
-        jax.distributed.initialize()
+        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s)
     else:
         return
     log.info("process %d of %d; %d local devices of %d", jax.process_index(),
@@ -224,167 +205,3 @@ class Channel:
         if self.is_leader:
             raise RuntimeError("the leader does not receive")
         return decode(self._transfer(None))
-
-
-# ----------------------------------------------------------------------------- gathering
-
-
-class ParamGather:
-    """All-gathers sharded arrays to host memory, stacked layers one layer at a time."""
-
-    def __init__(self):
-        self._whole: dict[Any, Callable] = {}
-        self._layer: dict[Any, Callable] = {}
-
-    def _fns(self, x: jax.Array) -> tuple[Callable, Callable]:
-        key = x.sharding
-        if key not in self._whole:
-            replicated = NamedSharding(x.sharding.mesh, PartitionSpec())
-            self._whole[key] = jax.jit(lambda a: a, out_shardings=replicated)
-            self._layer[key] = jax.jit(
-                lambda a, i: jax.lax.dynamic_index_in_dim(a, i, keepdims=False),
-                out_shardings=replicated)
-        return self._whole[key], self._layer[key]
-
-    def __call__(self, tree: Any, keep: bool) -> Any:
-        """`tree`'s arrays as numpy on this process when `keep`, else None (still gathering:
-        every process must take part)."""
-
-        def one(x: jax.Array) -> np.ndarray | None:
-            whole, layer = self._fns(x)
-            if x.ndim >= 3:  # [layers, ...]: one layer's full matrix at a time
-                parts = [layer(x, np.int32(i)) for i in range(x.shape[0])]
-                if not keep:
-                    jax.block_until_ready(parts)
-                    return None
-                return np.stack([np.asarray(p.addressable_data(0)) for p in parts])
-            out = whole(x)
-            if not keep:
-                jax.block_until_ready(out)
-                return None
-            return np.asarray(out.addressable_data(0))
-
-        return jax.tree.map(one, tree)
-
-
-# ----------------------------------------------------------------------------- the leader
-
-
-class LeaderTrainer:
-    """The leader's `Trainer`: each step is announced first, so every follower makes it too.
-
-    Everything else is the wrapped trainer's (the pipeline reads `config` and `mesh`).
-    """
-
-    def __init__(self, trainer: Trainer, channel: Channel):
-        self._trainer = trainer
-        self._channel = channel
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._trainer, name)
-
-    def step(self, state: TrainState, micro_batches: list[TrainBatch],
-             num_loss_tokens: float) -> tuple[TrainState, dict[str, float]]:
-        self._channel.send("step", {"count": len(micro_batches),
-                                    "num_loss_tokens": float(num_loss_tokens)},
-                           batch_arrays(micro_batches))
-        return self._trainer.step(state, micro_batches, num_loss_tokens)
-
-
-class Leader:
-    """What the leader adds to an RL run: announcing steps, gathers, saves and the end."""
-
-    def __init__(self, channel: Channel):
-        if not channel.is_leader:
-            raise ValueError("Leader on a follower process")
-        self.channel = channel
-        self._gather = ParamGather()
-
-    def wrap(self, trainer: Trainer) -> LeaderTrainer:
-        return LeaderTrainer(trainer, self.channel)
-
-    def gather(self, params: Any) -> Any:
-        """The full parameters as host arrays (every process takes part)."""
-        self.channel.send("gather")
-        return self._gather(params, keep=True)
-
-    def sampler_weights(self, trainer: Trainer) -> Callable[[TrainState], Any]:
-        """For `RLPipeline(weights_fn=...)`: a state's parameters in the sampler's layout."""
-        from agentrl_jax.sampling.weights import weights_of
-
-        if trainer.lora is not None:  # the adapters alone: the samplers keep the base
-            return lambda state: self.gather(state.params)
-        return lambda state: weights_of(trainer.model(self.gather(state.params)))
-
-    def save(self, ckpt: CheckpointManager, step: int, state: TrainState, *,
-             bookkeeping: dict[str, Any], force: bool = True) -> bool:
-        """`ckpt.save`, made by every process (each writes its own shards)."""
-        self.channel.send("save", {"step": int(step), "bookkeeping": bookkeeping,
-                                   "force": force})
-        return ckpt.save(step, state, bookkeeping=bookkeeping, force=force)
-
-    def finish(self, state: TrainState) -> Any:
-        """Ends the followers' loop; returns the final parameters as host arrays."""
-        params = self.gather(state.params)
-        self.channel.send("finish")
-        return params
-
-    def done(self) -> None:
-        """Lets the followers exit (after evaluation and export, which need only the leader)."""
-        self.channel.send("done")
-
-
-# ----------------------------------------------------------------------------- followers
-
-
-def follow(channel: Channel, trainer: Trainer, state: TrainState,
-           ckpt: CheckpointManager | None) -> TrainState:
-    """A follower's loop: performs what the leader announces until it says `finish`."""
-    gather = ParamGather()
-    while True:
-        message = channel.receive()
-        if message.kind == "step":
-            batches = batches_from(message.arrays, message.meta["count"])
-            state, _ = trainer.step(state, batches, message.meta["num_loss_tokens"])
-        elif message.kind == "gather":
-            gather(state.params, keep=False)
-        elif message.kind == "save":
-            if ckpt is None:
-                raise RuntimeError("the leader saves a checkpoint; this follower has none")
-            ckpt.save(message.meta["step"], state, bookkeeping=message.meta["bookkeeping"],
-                      force=message.meta["force"])
-        elif message.kind == "finish":
-            return state
-        else:
-            raise RuntimeError(f"unexpected message {message.kind!r} from the leader")
-
-
-def follow_rl(
-    config: ml_collections.ConfigDict,
-    *,
-    model: Decoder,
-    trainer_mesh: Mesh,
-    checkpoint_dir: str,
-    channel: Channel,
-    reference: Decoder | None = None,
-) -> TrainState:
-    """A follower's side of `experiment.rl_stage.run_rl`, which the leader runs.
-
-    It makes the same trainer-mesh calls in the same order: build the trainer, initialise the
-    state, restore the latest checkpoint, then follow; at the end wait for pending saves.
-    """
-    trainer = Trainer(model, config.trainer, trainer_mesh, reference=reference)
-    state = trainer.init_state(config.pipeline.seed)
-    with CheckpointManager(checkpoint_dir, max_to_keep=config.checkpoint.keep) as ckpt:
-        if ckpt.latest_step() is not None:
-            state, _ = ckpt.restore(state)
-        state = follow(channel, trainer, state, ckpt)
-        ckpt.wait_until_finished()
-    return state
-
-
-def wait_for_leader(channel: Channel) -> None:
-    """A follower's last call: returns when the leader says `done`."""
-    message = channel.receive()
-    if message.kind != "done":
-        raise RuntimeError(f"expected 'done' from the leader, got {message.kind!r}")

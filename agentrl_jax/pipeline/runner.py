@@ -11,8 +11,9 @@ Sampling workers may also run out of process (`pipeline.sampling_worker`, other 
 `RolloutHub`, they claim groups through the same gate and post rollouts into the same buffer,
 and each weight version is published to them. `rollout_workers` may then be 0.
 
-On several hosts (`pipeline.multihost`) the trainer given is the leader's, whose steps every
-process makes, and `weights_fn` gathers each new version's parameters to the leader's host.
+The trainer given may be a `pipeline.trainer_driver.TrainerDriver` (what `experiment.rl_stage`
+passes): on several hosts its steps are made by every process, and `weights_fn` (its `weights`)
+gathers each new version's parameters for the samplers.
 
 Synchronous (the baseline): each step draws `groups_per_step` groups, plays them all to the
 end, trains, syncs; nothing overlaps.

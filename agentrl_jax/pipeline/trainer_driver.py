@@ -1,0 +1,309 @@
+"""One trainer driver for one host and for many: what the RL pipeline asks of the trainer.
+
+The pipeline (`pipeline.runner`) and the RL stage (`experiment.rl_stage`) see a `TrainerDriver`:
+
+    step(state, micro_batches, num_loss_tokens)   one optimizer step
+    weights(state)                                 the sampler's weights of `state`
+    save(step, state, bookkeeping=...)             a checkpoint
+    finish(state)                                  the final parameters, as host arrays
+
+plus the trainer's `config`, `mesh`, `lora` and `model(params)`, which the pipeline reads.
+
+`LocalDriver` runs them on this process. `MultiHostDriver` runs them on every process of a
+`jax.distributed` run (SPMD: each holds its shards of the state and must make the same
+trainer-mesh calls in the same order). On the leader (process 0), each method first announces
+itself over a `multihost.Channel` and then performs its part; the followers run `serve`, which
+receives the announcements and performs the *same* method bodies (`_do_step`, `_do_weights`,
+`_do_save`), so the two sides share one code path and cannot drift apart.
+
+`open_training` builds the trainer, initialises the state and restores the latest checkpoint: the
+one set-up sequence every process runs, leader, follower or single host.
+
+Weight gathering (`ParamGather`): the parameters are all-gathered over the trainer mesh, stacked
+layer parameters one layer at a time, so a device never holds more than one layer's full
+matrices beyond its own shards. Each gathered piece is then handed to a `place` function:
+`host` copies it to host memory (the fallback, and the form a checkpoint export or an
+out-of-process sampler needs), while a sampler on this process's own chips takes it device to
+device (`sampling.weights` shardings, `jax.device_put` between local devices), so no full copy
+passes through host memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from agentrl_jax.checkpoint import CheckpointManager
+from agentrl_jax.models.decoder import Decoder
+from agentrl_jax.pipeline import multihost
+from agentrl_jax.pipeline.weight_sync import snapshot
+from agentrl_jax.rl.batch import TrainBatch
+from agentrl_jax.rl.train_step import Trainer, TrainState
+from agentrl_jax.sampling.weights import Weights, weights_of
+
+log = logging.getLogger(__name__)
+
+# (gathered array on one of this process's trainer devices) -> what the caller keeps of it
+Place = Callable[[jax.Array], Any]
+
+
+def host(piece: jax.Array) -> np.ndarray:
+    """The host-memory `Place`: a numpy copy."""
+    return np.asarray(piece)
+
+
+# ----------------------------------------------------------------------------- set-up
+
+
+@dataclasses.dataclass
+class Training:
+    """What `open_training` hands out: the trainer, its (restored) state and the checkpoints."""
+
+    trainer: Trainer
+    state: TrainState
+    checkpoints: CheckpointManager
+    start: int | None  # the restored step (None: a fresh run)
+    bookkeeping: dict[str, Any] | None  # the pipeline's part of the restored checkpoint
+
+
+@contextlib.contextmanager
+def open_training(
+    config: ml_collections.ConfigDict,
+    *,
+    model: Decoder,
+    trainer_mesh: Mesh,
+    checkpoint_dir: str | os.PathLike,
+    reference: Decoder | None = None,
+) -> Iterator[Training]:
+    """Builds the trainer of `config.trainer`, initialises its state (`config.pipeline.seed`)
+    and restores the latest checkpoint in `checkpoint_dir`; on leaving, waits for pending saves.
+
+    Every process of a run calls this with the same arguments, so they make the same
+    trainer-mesh computations in the same order (the LoRA base fingerprint, which checkpoints
+    name, is one: it is reduced where the shards are, `tree_digest.tree_fingerprint`).
+    """
+    trainer = Trainer(model, config.trainer, trainer_mesh, reference=reference)
+    state = trainer.init_state(config.pipeline.seed)
+    base = dict(base_fingerprint=trainer.base_fingerprint,
+                adapter_config=trainer.adapter_config())
+    with CheckpointManager(checkpoint_dir, max_to_keep=config.checkpoint.keep, **base) as ckpt:
+        start, book = ckpt.latest_step(), None
+        if start is not None:
+            state, book = ckpt.restore(state)
+        yield Training(trainer, state, ckpt, start, book)
+        ckpt.wait_until_finished()
+
+
+# ----------------------------------------------------------------------------- gathering
+
+
+class ParamGather:
+    """All-gathers sharded arrays over their mesh, stacked layers one layer at a time; every
+    process holding a shard must take part in each call."""
+
+    def __init__(self):
+        self._whole: dict[Any, Callable] = {}
+        self._layer: dict[Any, Callable] = {}
+
+    def _fns(self, x: jax.Array) -> tuple[Callable, Callable]:
+        key = x.sharding
+        if key not in self._whole:
+            replicated = NamedSharding(x.sharding.mesh, PartitionSpec())
+            self._whole[key] = jax.jit(lambda a: a, out_shardings=replicated)
+            self._layer[key] = jax.jit(
+                lambda a, i: jax.lax.dynamic_index_in_dim(a, i, keepdims=False),
+                out_shardings=replicated)
+        return self._whole[key], self._layer[key]
+
+    def __call__(self, tree: Any, place: Place | None = host) -> Any:
+        """`tree` with each leaf gathered; a stacked leaf ([layers, ...], ndim >= 3) becomes the
+        list of its placed layers, any other leaf its placed whole. `place=None`: gather and
+        keep nothing (a process whose result nobody needs still takes part)."""
+
+        def one(x: jax.Array) -> Any:
+            whole, layer = self._fns(x)
+            if x.ndim >= 3:
+                out = []
+                for i in range(x.shape[0]):
+                    part = layer(x, np.int32(i))
+                    if place is None:
+                        jax.block_until_ready(part)
+                    else:
+                        out.append(place(part.addressable_data(0)))
+                    del part  # one layer's full matrices at a time
+                return None if place is None else out
+            out = whole(x)
+            if place is None:
+                jax.block_until_ready(out)
+                return None
+            return place(out.addressable_data(0))
+
+        return jax.tree.map(one, tree)
+
+
+def stacked(gathered: Any) -> Any:
+    """`ParamGather` output on the host back in the parameters' layout (layers stacked)."""
+    return jax.tree.map(lambda x: np.stack(x) if isinstance(x, list) else x, gathered,
+                        is_leaf=lambda x: isinstance(x, list))
+
+
+# ----------------------------------------------------------------------------- drivers
+
+
+class TrainerDriver:
+    """The trainer as the pipeline drives it (see the module docstring); this process only."""
+
+    def __init__(self, training: Training):
+        self._trainer = training.trainer
+        self._ckpt = training.checkpoints
+
+    # ---- what the pipeline reads of the trainer -------------------------------------------
+
+    @property
+    def config(self) -> ml_collections.ConfigDict:
+        return self._trainer.config
+
+    @property
+    def mesh(self) -> Mesh:
+        return self._trainer.mesh
+
+    @property
+    def lora(self) -> Any:
+        return self._trainer.lora
+
+    def model(self, params: Any) -> Decoder:
+        return self._trainer.model(params)
+
+    # ---- the driver's methods -------------------------------------------------------------
+
+    def step(self, state: TrainState, micro_batches: list[TrainBatch],
+             num_loss_tokens: float) -> tuple[TrainState, dict[str, float]]:
+        """One optimizer step; `state` is consumed (donated)."""
+        return self._do_step(state, micro_batches, num_loss_tokens)
+
+    def weights(self, state: TrainState) -> Weights:
+        """What the samplers serve of `state`: sampler-layout weights, with LoRA the adapters;
+        independent of `state`'s buffers, which the next step donates."""
+        return snapshot(self._trainer, state)
+
+    def save(self, step: int, state: TrainState, *, bookkeeping: dict[str, Any]) -> None:
+        """Starts an asynchronous checkpoint save of `state` at `step`."""
+        self._do_save(step, state, bookkeeping)
+
+    def finish(self, state: TrainState) -> Any:
+        """The final parameters as host arrays (trainable tree: with LoRA, the adapters)."""
+        return jax.device_get(state.params)
+
+    def done(self) -> None:
+        """Called once the run's work on this process is over (evaluation, export)."""
+
+    # ---- the bodies every process runs ----------------------------------------------------
+
+    def _do_step(self, state, micro_batches, num_loss_tokens):
+        return self._trainer.step(state, micro_batches, num_loss_tokens)
+
+    def _do_save(self, step: int, state: TrainState, bookkeeping: dict[str, Any]) -> None:
+        self._ckpt.save(step, state, bookkeeping=bookkeeping, force=True)
+
+
+LocalDriver = TrainerDriver  # one process: the base class is the local implementation
+
+
+class MultiHostDriver(TrainerDriver):
+    """Every process's driver in a `jax.distributed` run: the leader announces, all perform.
+
+    `place`: where this process keeps the gathered weights of `weights` (default `host`; a
+    process with sampler chips of its own passes a device placement). Followers call `serve`.
+    """
+
+    def __init__(self, training: Training, channel: multihost.Channel,
+                 place: Place | None = None):
+        super().__init__(training)
+        self._channel = channel
+        self._gather = ParamGather()
+        self._place = place
+        self.is_leader = channel.is_leader
+
+    def step(self, state, micro_batches, num_loss_tokens):
+        self._announce("step", {"count": len(micro_batches),
+                                "num_loss_tokens": float(num_loss_tokens)},
+                       multihost.batch_arrays(micro_batches))
+        return self._do_step(state, micro_batches, num_loss_tokens)
+
+    def weights(self, state: TrainState) -> Any:
+        """The gathered weights in this process's `place` (default host memory)."""
+        self._announce("weights")
+        return self._do_weights(state, keep=True)
+
+    def save(self, step, state, *, bookkeeping):
+        self._announce("save", {"step": int(step), "bookkeeping": bookkeeping})
+        self._do_save(step, state, bookkeeping)
+
+    def finish(self, state: TrainState) -> Any:
+        """Ends the followers' `serve`; returns the final parameters on the leader's host."""
+        self._announce("finish")
+        params = self._gather(state.params, host)
+        return stacked(params)
+
+    def done(self) -> None:
+        """Lets the followers return (after evaluation and export, which need only the leader)."""
+        self._announce("done")
+
+    # ---- followers ------------------------------------------------------------------------
+
+    def serve(self, state: TrainState,
+              on_weights: Callable[[Any], None] | None = None) -> TrainState:
+        """A follower's loop: performs what the leader announces, until `finish` (after which
+        it gathers the final parameters with the leader) and then `done`.
+
+        `on_weights(placed)` receives this process's gathered weights of each `weights` call
+        (a sampler on this process's chips); without it the gather keeps nothing.
+        """
+        while True:
+            message = self._channel.receive()
+            if message.kind == "step":
+                batches = multihost.batches_from(message.arrays, message.meta["count"])
+                state, _ = self._do_step(state, batches, message.meta["num_loss_tokens"])
+            elif message.kind == "weights":
+                placed = self._do_weights(state, keep=on_weights is not None)
+                if on_weights is not None:
+                    on_weights(placed)
+            elif message.kind == "save":
+                self._do_save(message.meta["step"], state, message.meta["bookkeeping"])
+            elif message.kind == "finish":
+                self._gather(state.params, None)
+                break
+            else:
+                raise RuntimeError(f"unexpected message {message.kind!r} from the leader")
+        self._ckpt.wait_until_finished()
+        message = self._channel.receive()
+        if message.kind != "done":
+            raise RuntimeError(f"expected 'done' from the leader, got {message.kind!r}")
+        return state
+
+    # ---- the bodies ----------------------------------------------------------------------
+
+    def _announce(self, kind: str, meta: dict[str, Any] | None = None,
+                  arrays: dict[str, np.ndarray] | None = None) -> None:
+        if not self.is_leader:
+            raise RuntimeError(f"{kind}: only the leader drives the trainer")
+        self._channel.send(kind, meta, arrays)
+
+    def _do_weights(self, state: TrainState, keep: bool) -> Any:
+        place = (self._place or host) if keep else None
+        if self.lora is not None:  # the adapters alone: the samplers keep the base
+            gathered = self._gather(state.params, place)
+        else:
+            gathered = self._gather(weights_of(self._trainer.model(state.params)), place)
+        if place is host:
+            return stacked(gathered)
+        return gathered

@@ -1,0 +1,55 @@
+"""The trainer driver's pieces one process can check: the layer-by-layer gather to host memory
+and device to device onto another mesh. (Several processes: tests/launch/test_tpu_pod.)"""
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from agentrl_jax.parallel.mesh import make_mesh
+from agentrl_jax.pipeline import trainer_driver
+
+
+def sharded_tree(mesh):
+    rng = np.random.default_rng(0)
+    tree = {"stacked": rng.normal(size=(3, 4, 6)).astype(np.float32),
+            "embed": rng.normal(size=(8, 4)).astype(np.float32)}
+    specs = {"stacked": PartitionSpec(None, "fsdp", "tensor"),
+             "embed": PartitionSpec("tensor", "fsdp")}
+    placed = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in tree.items()}
+    return tree, placed
+
+
+def test_gather_brings_sharded_parameters_to_the_host():
+    mesh = make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4])
+    tree, placed = sharded_tree(mesh)
+    gather = trainer_driver.ParamGather()
+    gathered = gather(placed)
+    assert isinstance(gathered["stacked"], list) and len(gathered["stacked"]) == 3
+    host = trainer_driver.stacked(gathered)
+    for k in tree:
+        assert isinstance(host[k], np.ndarray)
+        np.testing.assert_array_equal(host[k], tree[k])
+    assert gather(placed, None) == {"stacked": None, "embed": None}
+
+
+def test_gather_places_layers_device_to_device_on_another_mesh():
+    """The trainer's gathered layers go straight onto a sampler mesh of other devices, each
+    layer on the sampler's own sharding, with no host copy on the way."""
+    trainer_mesh = make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4])
+    sampler_mesh = make_mesh(fsdp=1, tensor=2, devices=jax.devices()[4:6])
+    tree, placed = sharded_tree(trainer_mesh)
+    target = NamedSharding(sampler_mesh, PartitionSpec(None, "tensor"))
+    seen = []
+
+    def place(piece: jax.Array) -> jax.Array:
+        assert isinstance(piece, jax.Array) and len(piece.devices()) == 1
+        seen.append(piece.shape)
+        return jax.device_put(piece, target)
+
+    out = trainer_driver.ParamGather()(placed, place)
+    assert seen == [(8, 4), (4, 6), (4, 6), (4, 6)]   # tree order: embed, then one per layer
+    for i, layer in enumerate(out["stacked"]):
+        assert layer.sharding == target
+        np.testing.assert_array_equal(np.asarray(layer), tree["stacked"][i])
+    assert set(out["embed"].devices()) == set(jax.devices()[4:6])
+    np.testing.assert_array_equal(np.asarray(out["embed"]), tree["embed"])
