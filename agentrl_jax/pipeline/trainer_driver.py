@@ -52,13 +52,38 @@ from agentrl_jax.sampling.weights import Weights, weights_of
 
 log = logging.getLogger(__name__)
 
-# (gathered array on one of this process's trainer devices) -> what the caller keeps of it
-Place = Callable[[jax.Array], Any]
+# (gathered array on one of this process's trainer devices, its leaf's key path in the tree,
+#  its layer index or None for an unstacked leaf) -> what the caller keeps of it
+Place = Callable[[jax.Array, tuple, "int | None"], Any]
 
 
-def host(piece: jax.Array) -> np.ndarray:
+def host(piece: jax.Array, path: tuple = (), layer: int | None = None) -> np.ndarray:
     """The host-memory `Place`: a numpy copy."""
     return np.asarray(piece)
+
+
+def onto(shardings: Any) -> Place:
+    """The device-to-device `Place`: each piece onto its leaf's sharding in `shardings` (a tree
+    like the gathered one; a stacked leaf's sharding with its layer axis dropped per layer),
+    for a sampler on this process's own devices."""
+    flat = dict(jax.tree_util.tree_flatten_with_path(shardings)[0])
+
+    def place(piece: jax.Array, path: tuple, layer: int | None) -> jax.Array:
+        target = flat[path]
+        if layer is not None:
+            target = NamedSharding(target.mesh, PartitionSpec(*tuple(target.spec)[1:]))
+        return jax.device_put(piece, target)
+
+    return place
+
+
+def sampler_layout(gathered: Weights) -> Any:
+    """Gathered `Weights` (stacked leaves as lists of layers) in the sampler's per-layer layout
+    (`sampling.weights.SamplerWeights`), which `SamplingEngine.install` takes as it is."""
+    layers = gathered["layers"]
+    count = len(next(iter(layers.values())))
+    return {**gathered, "layers": tuple({name: pieces[i] for name, pieces in layers.items()}
+                                        for i in range(count))}
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -129,7 +154,7 @@ class ParamGather:
         list of its placed layers, any other leaf its placed whole. `place=None`: gather and
         keep nothing (a process whose result nobody needs still takes part)."""
 
-        def one(x: jax.Array) -> Any:
+        def one(path: tuple, x: jax.Array) -> Any:
             whole, layer = self._fns(x)
             if x.ndim >= 3:
                 out = []
@@ -138,16 +163,16 @@ class ParamGather:
                     if place is None:
                         jax.block_until_ready(part)
                     else:
-                        out.append(place(part.addressable_data(0)))
+                        out.append(place(part.addressable_data(0), path, i))
                     del part  # one layer's full matrices at a time
                 return None if place is None else out
             out = whole(x)
             if place is None:
                 jax.block_until_ready(out)
                 return None
-            return place(out.addressable_data(0))
+            return place(out.addressable_data(0), path, None)
 
-        return jax.tree.map(one, tree)
+        return jax.tree_util.tree_map_with_path(one, tree)
 
 
 def stacked(gathered: Any) -> Any:

@@ -38,18 +38,27 @@ def test_gather_places_layers_device_to_device_on_another_mesh():
     trainer_mesh = make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4])
     sampler_mesh = make_mesh(fsdp=1, tensor=2, devices=jax.devices()[4:6])
     tree, placed = sharded_tree(trainer_mesh)
-    target = NamedSharding(sampler_mesh, PartitionSpec(None, "tensor"))
+    targets = {"stacked": NamedSharding(sampler_mesh, PartitionSpec(None, None, "tensor")),
+               "embed": NamedSharding(sampler_mesh, PartitionSpec("tensor"))}
+    onto = trainer_driver.onto(targets)
     seen = []
 
-    def place(piece: jax.Array) -> jax.Array:
+    def place(piece: jax.Array, path, layer):
         assert isinstance(piece, jax.Array) and len(piece.devices()) == 1
-        seen.append(piece.shape)
-        return jax.device_put(piece, target)
+        seen.append((path[0].key, layer, piece.shape))
+        return onto(piece, path, layer)
 
     out = trainer_driver.ParamGather()(placed, place)
-    assert seen == [(8, 4), (4, 6), (4, 6), (4, 6)]   # tree order: embed, then one per layer
+    assert seen == [("embed", None, (8, 4))] + [("stacked", i, (4, 6)) for i in range(3)]
     for i, layer in enumerate(out["stacked"]):
-        assert layer.sharding == target
+        assert layer.sharding.spec == PartitionSpec(None, "tensor")
+        assert set(layer.devices()) == set(jax.devices()[4:6])
         np.testing.assert_array_equal(np.asarray(layer), tree["stacked"][i])
-    assert set(out["embed"].devices()) == set(jax.devices()[4:6])
+    assert out["embed"].sharding == targets["embed"]
     np.testing.assert_array_equal(np.asarray(out["embed"]), tree["embed"])
+
+
+def test_sampler_layout_splits_gathered_layers():
+    gathered = {"embed": 1, "final_norm": 2, "layers": {"q": ["q0", "q1"], "k": ["k0", "k1"]}}
+    assert trainer_driver.sampler_layout(gathered) == {
+        "embed": 1, "final_norm": 2, "layers": ({"q": "q0", "k": "k0"}, {"q": "q1", "k": "k1"})}
