@@ -15,6 +15,13 @@ A worker that stops heartbeating for `lease_timeout_s` is lost: every member of 
 groups that has not arrived is entered as a failed rollout, so those groups are released and
 masked out instead of blocking the trainer, and nothing the worker was still playing is trained
 on. A restarted worker simply claims new groups.
+
+A worker (a sampler replica) whose last `failed_groups_to_drop` delivered groups held no
+trainable rollout is *dropped*: logged, and refused further claims (403), so that training goes
+on with the others instead of masking a broken replica's groups step after step. A group it
+completes with any trainable member resets its count. The last admitted worker is never
+dropped (all failing at once points at the environments, not the samplers): that is logged as
+an error instead.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from agentrl_jax.tree_digest import tree_digest
 
 log = logging.getLogger(__name__)
 
+FAILED_GROUPS_TO_DROP = 3  # consecutive groups without a trainable rollout drop a worker
+
 # Returns (group_id, task, index) of a newly opened group, or None when the gate is closed.
 ClaimFn = Callable[[], "tuple[int, str, Any] | None"]
 
@@ -47,11 +56,16 @@ class _Lease:
     task: str
     index: Any
     delivered: set[int] = dataclasses.field(default_factory=set)
+    any_trainable: bool = False
 
 
 class RolloutHub:
-    def __init__(self, spec: dict[str, Any], group_size: int, lease_timeout_s: float = 30.0):
+    def __init__(self, spec: dict[str, Any], group_size: int, lease_timeout_s: float = 30.0,
+                 failed_groups_to_drop: int = FAILED_GROUPS_TO_DROP):
         self.spec = spec
+        self.failed_groups_to_drop = failed_groups_to_drop
+        self._failed_in_a_row: dict[str, int] = {}
+        self.dropped_workers: list[str] = []
         self.group_size = group_size
         self.lease_timeout_s = lease_timeout_s
         self.claim_fn: ClaimFn | None = None
@@ -146,9 +160,33 @@ class RolloutHub:
         if lease is None or rollout.member in lease.delivered:
             return  # late or duplicate delivery for a group already completed or failed
         lease.delivered.add(rollout.member)
+        lease.any_trainable |= rollout.trainable
         if len(lease.delivered) == self.group_size:
             del self._leases[rollout.group_id]
+            self._count_group(lease)
         self.deliver_fn(rollout)
+
+    def _count_group(self, lease: _Lease) -> None:
+        """Counts a completed group against its worker; drops one that keeps failing."""
+        worker = lease.worker_id
+        if worker not in self._last_seen:   # lost: its groups were failed by the hub
+            return
+        if lease.any_trainable:
+            self._failed_in_a_row[worker] = 0
+            return
+        failed = self._failed_in_a_row.get(worker, 0) + 1
+        self._failed_in_a_row[worker] = failed
+        if failed < self.failed_groups_to_drop or worker in self.dropped_workers:
+            return
+        admitted = [w for w in self._last_seen if w not in self.dropped_workers]
+        if admitted == [worker]:
+            log.error("sampling worker %s: %d groups in a row without a trainable rollout, but "
+                      "it is the last admitted worker; kept (check the environments)", worker,
+                      failed)
+            return
+        self.dropped_workers.append(worker)
+        log.warning("sampling worker %s dropped from admission: %d groups in a row without a "
+                    "trainable rollout", worker, failed)
 
     # ---- HTTP -----------------------------------------------------------------------------
 
@@ -187,6 +225,8 @@ class RolloutHub:
             worker_id = str((await _json_object(request)).get("worker_id", ""))
             if worker_id not in self._last_seen:
                 return JSONResponse({"detail": "heartbeat first"}, 409)
+            if worker_id in self.dropped_workers:
+                return JSONResponse({"detail": "dropped: its rollouts kept failing"}, 403)
             if unverified := self._unverified(worker_id):
                 return JSONResponse({"detail": f"serves unpublished weights: {unverified}"}, 409)
             claimed = self.claim_fn() if self.claim_fn else None

@@ -98,6 +98,44 @@ def test_lost_worker_groups_are_failed_not_waited_for():
     assert not group[0].trainable and not group[2].trainable
 
 
+def test_a_worker_whose_rollouts_keep_failing_is_dropped_from_admission():
+    hub, buffer = _hub_with_buffer(group_size=2)
+    from agentrl_jax.pipeline.rollout_hub import _Lease
+
+    hub.failed_groups_to_drop = 2
+    hub._last_seen.update(bad=0.0, good=0.0)
+
+    def play(worker: str, trainable: bool) -> None:
+        group_id, _, _ = hub.claim_fn()
+        hub._leases[group_id] = _Lease(worker, "t", 0)
+        for m in range(2):
+            hub._deliver(rollout(group_id, m) if trainable else
+                         rollout(group_id, m, status=SampleStatus.TASK_ERROR, sampled=0))
+
+    play("bad", False)
+    play("bad", True)    # a good group resets the count
+    play("bad", False)
+    play("good", True)
+    assert hub.dropped_workers == []
+    play("bad", False)
+    assert hub.dropped_workers == ["bad"]
+
+    async def claim(worker: str) -> int:
+        url = await hub.start()
+        async with httpx.AsyncClient(base_url=url) as http:
+            await http.post("/heartbeat", json={"worker_id": worker})
+            status = (await http.post("/claim", json={"worker_id": worker})).status_code
+        await hub.stop()
+        return status
+
+    assert asyncio.run(claim("bad")) == 403
+    # The last admitted worker is kept however it fails (the environments are suspect then).
+    hub._last_seen.pop("bad")
+    for _ in range(3):
+        play("good", False)
+    assert hub.dropped_workers == ["bad"]
+
+
 def _spawn_worker(hub_url, worker_id):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(
