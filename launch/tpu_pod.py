@@ -77,6 +77,9 @@ def define_flags() -> None:
                         "multi-host: process 0's HOST:PORT (auto-detected on Cloud TPU)")
     flags.DEFINE_integer("num_processes", None, "multi-host: how many processes")
     flags.DEFINE_integer("process_id", None, "multi-host: this process's index")
+    flags.DEFINE_integer("heartbeat_timeout_s", multihost.HEARTBEAT_TIMEOUT_S,
+                         "multi-host: seconds after which a silent process counts as dead and "
+                         "the others end")
 
 
 # ----------------------------------------------------------------------------- config
@@ -287,7 +290,8 @@ def start(argv: list[str]) -> ml_collections.ConfigDict:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     config = FLAGS.config
     check_config(config)  # before joining the others: a bad config fails fast everywhere
-    multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
+                         heartbeat_timeout_s=FLAGS.heartbeat_timeout_s)
     return config
 
 

@@ -1,13 +1,16 @@
-"""The multi-host path of `launch.tpu_pod`: two CPU processes joined by `jax.distributed` on
-localhost (2 devices each: process 0 samples on one and trains on the other, process 1 trains on
-both) run a few steps of the real pipeline against a real controller and task workers."""
+"""The multi-host path of `launch.tpu_pod`: CPU processes joined by `jax.distributed` on
+localhost (two of 2 devices each: process 0 samples on one and trains on the other, process 1
+trains on both; slow: three of 3 devices, one killed and the run resumed) run a few steps of the
+real pipeline against a real controller and task workers."""
 
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 import zlib
 
 import jax
@@ -79,32 +82,45 @@ def flat_params(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
     return {path_key(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(state)[0]}
 
 
-def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
-    model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
-    run_dir = tmp_path / "run"
+def launch_pod(tmp_path: pathlib.Path, model_dir: pathlib.Path, run_dir: pathlib.Path,
+               controller_url: str, processes: int, devices: int, *overrides: str,
+               tag: str = "") -> list[tuple[subprocess.Popen, object]]:
+    """`processes` processes of `tests.launch.pod_driver` joined on localhost, `devices` CPU
+    devices each; logs in tmp_path/process{tag}{pid}.log, shards in shards{tag}{pid}.npz."""
     port = free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     procs = []
-    for pid in range(2):
+    for pid in range(processes):
         argv = [sys.executable, "-m", "tests.launch.pod_driver",
                 "--config=tests/launch/tiny_pod_config.py",
                 f"--config.model.path={model_dir}",
-                f"--config.env.controller_url={coin_fleet.url}",
+                f"--config.env.controller_url={controller_url}",
                 f"--config.run_dir={run_dir}",
-                f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
-                f"--process_id={pid}", f"--shards_out={tmp_path / f'shards{pid}.npz'}"]
-        log = open(tmp_path / f"process{pid}.log", "w")
+                f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={processes}",
+                f"--process_id={pid}", f"--shards_out={tmp_path / f'shards{tag}{pid}.npz'}",
+                *overrides]
+        log = open(tmp_path / f"process{tag}{pid}.log", "w")
         procs.append((subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,
                                        stderr=subprocess.STDOUT), log))
+    return procs
+
+
+def wait_all(procs, timeout: float) -> list[int]:
+    """Exit codes; the bound only keeps a broken build from hanging the suite."""
     try:
-        # The bound only keeps a broken build from hanging the suite.
-        codes = [p.wait(timeout=1200) for p, _ in procs]
+        return [p.wait(timeout=timeout) for p, _ in procs]
     finally:
         for p, log in procs:
             if p.poll() is None:
                 p.kill()
             log.close()
+
+
+def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
+    model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
+    run_dir = tmp_path / "run"
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 2), 1200)
     logs = [(tmp_path / f"process{pid}.log").read_text() for pid in range(2)]
     assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
 
@@ -120,16 +136,66 @@ def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
     initial = flat_params(model_dir)
     assert any(not np.array_equal(final[k], initial[k]) for k in final)  # it trained
     for pid in range(2):
-        with np.load(tmp_path / f"shards{pid}.npz") as shards:
-            names = [n for n in shards.files if not n.endswith("|bounds")]
-            assert names, f"process {pid} holds no shard"
-            for name in names:
-                bounds = shards[name + "|bounds"]
-                expected = final[name.split("|")[0]][tuple(slice(a, b) for a, b in bounds)]
-                np.testing.assert_array_equal(shards[name], expected, err_msg=name)
+        check_shards_are_slices_of(final, tmp_path / f"shards{pid}.npz")
     # Process 1 holds every parameter (its two devices are two thirds of the trainer mesh).
     with np.load(tmp_path / "shards1.npz") as shards:
         assert {n.split("|")[0] for n in shards.files} == set(final)
+
+
+def check_shards_are_slices_of(final: dict[str, np.ndarray], shards_path: pathlib.Path) -> None:
+    """A process's shards of the final parameters equal the slices of the exported model."""
+    with np.load(shards_path) as shards:
+        names = [n for n in shards.files if not n.endswith("|bounds")]
+        assert names, f"{shards_path.name}: the process holds no shard"
+        for name in names:
+            bounds = shards[name + "|bounds"]
+            expected = final[name.split("|")[0]][tuple(slice(a, b) for a, b in bounds)]
+            np.testing.assert_array_equal(shards[name], expected, err_msg=name)
+
+
+@pytest.mark.slow
+def test_a_killed_process_ends_the_run_and_a_rerun_resumes_exactly(tokenizer, coin_fleet,
+                                                                    tmp_path):
+    """3 processes × 3 CPU devices (process 0: sampler on one, 8 trainer devices in all). After
+    the first checkpoint, kill -9 of process 2 ends the other two (heartbeat timeout, no hang);
+    the same command again resumes from the last checkpoint: every step is recorded once, no
+    group id is trained twice, and every process's shards are slices of one final model."""
+    steps = 4
+    model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
+    run_dir = tmp_path / "run"
+    overrides = (f"--config.rl.pipeline.steps={steps}", "--config.eval.after_rl=False",
+                 "--heartbeat_timeout_s=10")
+    procs = launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 3, 3, *overrides)
+    first = run_dir / "checkpoints" / "1" / "commit_success.txt"
+    deadline = time.monotonic() + 900   # only a guard against a broken build
+    while not first.exists():
+        assert all(p.poll() is None for p, _ in procs), (tmp_path / "process0.log").read_text()
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.2)
+    os.kill(procs[2][0].pid, signal.SIGKILL)
+    codes = wait_all(procs, 600)
+    assert codes[2] == -signal.SIGKILL
+    assert codes[0] != 0 and codes[1] != 0, codes   # they ended, and did not finish the run
+    saved = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()
+                   and (p / "commit_success.txt").exists())
+    resumed_from = saved[-1]
+    assert 1 <= resumed_from < steps
+
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 3, 3, *overrides,
+                                tag="b"), 1200)
+    logs = [(tmp_path / f"processb{pid}.log").read_text() for pid in range(3)]
+    assert codes == [0, 0, 0], "\n\n".join(log[-4000:] for log in logs)
+    printed = [int(line.split()[1].split("/")[0]) for line in logs[0].splitlines()
+               if line.startswith("step ")]
+    assert printed == list(range(resumed_from + 1, steps + 1))   # resumed, not restarted
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    assert [r["step"] for r in rl] == list(range(1, steps + 1))
+    trained = [g for r in rl for g in r["groups_trained"]]
+    assert len(trained) == len(set(trained)) and len(trained) >= 2 * steps
+    final = flat_params(run_dir / "final_model")
+    for pid in range(3):
+        check_shards_are_slices_of(final, tmp_path / f"shardsb{pid}.npz")
 
 
 def check_lockstep_records(run_dir: pathlib.Path) -> list[dict]:
