@@ -169,6 +169,7 @@ class CheckpointManager:
             return
         where = f"checkpoint {step} in {self._manager.directory}"
         if stored is None:
+            assert self.base_fingerprint is not None  # both None returned above
             raise BaseMismatchError(
                 f"{where} holds no base fingerprint (not a LoRA run), but this run trains "
                 f"adapters over base {self.base_fingerprint[:12]}")

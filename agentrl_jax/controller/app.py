@@ -34,7 +34,7 @@ from agentrl_jax.controller.wire import (
 )
 
 
-def create_controller_app(config: ControllerConfig | None = None) -> FastAPI:
+def create_controller_app(config: ControllerConfig | None = None) -> HotRoutes:
     controller = Controller(config)
 
     @contextlib.asynccontextmanager

@@ -226,6 +226,7 @@ class Controller:
     async def _interact(self, session: SessionRecord, messages: list[Message]) -> InteractResponse:
         body = WorkerInteractRequest(session_id=session.id, messages=messages).model_dump_json()
         url = session.worker.address + "/interact"
+        response: Reply | WorkerEnvOutput | None
         try:
             response = await self._guarded(session, self.http.post(url, body))
         except TimeoutError:

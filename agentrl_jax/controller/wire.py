@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypeVar
 
+from fastapi import HTTPException
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -25,7 +26,6 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12

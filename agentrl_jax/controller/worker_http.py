@@ -104,6 +104,7 @@ class WorkerHTTP:
             reply = Reply(response.status, await response.read())
             if response.status >= 500 or response.headers.get("Connection",
                                                               "").lower() == "close":
+                assert isinstance(response, _ClosingResponse)  # the session's response_class
                 response.discard_connection()
             return reply
 

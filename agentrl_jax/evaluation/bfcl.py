@@ -118,7 +118,8 @@ async def run_multi_turn(policy: Policy, example: BfclExample) -> ExampleResult:
                     else:
                         messages.append({"role": "assistant", "content": text})
                     calls = bfcl_grade.decode_calls(parsed)
-                    if not calls:  # no call, or not parseable: the turn is over (as in BFCL)
+                    # No call, or not parseable: the turn is over (as in BFCL).
+                    if not calls or not isinstance(parsed, ParsedTurn):
                         break
                     strings = apis.call_strings(calls)
                     steps.append(strings)

@@ -71,7 +71,7 @@ def checkers() -> types.SimpleNamespace:
     if _REGISTRY not in sys.modules:
         registry = types.ModuleType(_REGISTRY)
         registry.__doc__ = "agentrl_jax stand-in: no BFCL model handlers are loaded."
-        registry.MODEL_CONFIG_MAPPING = _KeepNames()
+        vars(registry)["MODEL_CONFIG_MAPPING"] = _KeepNames()
         sys.modules[_REGISTRY] = registry
     else:  # the real registry (bfcl-eval installed with its SDKs): add our model to it
         sys.modules[_REGISTRY].MODEL_CONFIG_MAPPING.setdefault(

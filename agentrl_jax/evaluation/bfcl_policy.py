@@ -99,7 +99,7 @@ class EnginePolicy:
         tokens = result.tokens
         if tokens and tokens[-1] in self._stop:
             tokens = tokens[:-1]
-        return self.tokenizer.decode(tokens, skip_special_tokens=False)
+        return str(self.tokenizer.decode(tokens, skip_special_tokens=False))
 
     async def end_session(self, session_id: str) -> None:
         await self.engine.end_session(session_id)

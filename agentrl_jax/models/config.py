@@ -130,19 +130,19 @@ class ModelConfig:
     @classmethod
     def tiny(cls, family: str = "llama", **overrides) -> ModelConfig:
         """A ~100k-parameter config for tests, in the flavour of `family`."""
-        flavour = {
+        flavours: dict[str, dict[str, Any]] = {
             "llama": dict(tie_word_embeddings=True),
             "qwen2": dict(qkv_bias=True),
             "glm4": dict(
                 qkv_bias=True, sandwich_norms=True, partial_rotary_factor=0.5,
                 interleaved_rotary=True,
             ),
-        }[family]
+        }
         base = dict(
             vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
             num_kv_heads=2, head_dim=16, family=family, max_position_embeddings=512,
         )
-        return cls(**{**base, **flavour, **overrides})
+        return cls(**{**base, **flavours[family], **overrides})
 
     # ---- HF conversion -------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import numpy as np
@@ -63,7 +64,7 @@ class SafetensorsCheckpoint:
             with safe_open(single, framework="numpy") as f:
                 weight_map = {name: single.name for name in f.keys()}
         self.weight_map: dict[str, str] = weight_map
-        self._files: dict[str, object] = {}
+        self._files: dict[str, Any] = {}  # safetensors' safe_open handles
 
     def __contains__(self, name: str) -> bool:
         return name in self.weight_map
@@ -123,14 +124,14 @@ def load_hf(
     for path, variable in nnx.iter_graph(model):
         if not isinstance(variable, nnx.Param):
             continue
-        path = tuple(str(p) for p in path)
+        names = tuple(str(p) for p in path)
         if isinstance(variable, LoraParam):
-            value = np.asarray(adapters[path[-1]])
+            value = np.asarray(adapters[names[-1]])
         else:
-            value = _hf_value(ckpt, cfg, path).astype(cfg.param_dtype)
+            value = _hf_value(ckpt, cfg, names).astype(cfg.param_dtype)
         expected = variable.get_value().shape
         if value.shape != expected:
-            raise ValueError(f"{'.'.join(path)}: checkpoint shape {value.shape} != {expected}")
+            raise ValueError(f"{'.'.join(names)}: checkpoint shape {value.shape} != {expected}")
         if mesh is not None:
             placed = jax.device_put(value, sharding_lib.variable_sharding(variable, mesh, rules))
         else:

@@ -28,7 +28,8 @@ class BaseMismatchError(ValueError):
 
 def split(model: Decoder) -> tuple[nnx.GraphDef, Tree, Tree]:
     """(graphdef, adapters, base) of a Decoder with adapters, as pure dicts (no copies)."""
-    graphdef, adapters, base = nnx.split(model, LoraParam, ...)
+    graphdef, *states = nnx.split(model, LoraParam, ...)
+    adapters, base = states
     return graphdef, nnx.to_pure_dict(adapters), nnx.to_pure_dict(base)
 
 

@@ -47,13 +47,13 @@ class TrainBatch:
 class Trajectory:
     """One episode's token stream, per-token fields aligned with `tokens` (length n)."""
 
-    tokens: Sequence[int]
-    loss_mask: Sequence[float]  # 1 where tokens[i] was sampled by the policy
-    behaviour_logprobs: Sequence[float]  # log π_behav(tokens[i]); any value where mask is 0
+    tokens: Sequence[int] | np.ndarray
+    loss_mask: Sequence[float] | np.ndarray  # 1 where tokens[i] was sampled by the policy
+    behaviour_logprobs: Sequence[float] | np.ndarray  # log π_behav(tokens[i]); any if mask is 0
     advantage: float
     weight: float = 1.0
-    proximal_logprobs: Sequence[float] | None = None
-    reference_logprobs: Sequence[float] | None = None
+    proximal_logprobs: Sequence[float] | np.ndarray | None = None
+    reference_logprobs: Sequence[float] | np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

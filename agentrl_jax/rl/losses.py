@@ -116,11 +116,11 @@ def policy_loss(
     def tmean(x):  # contribution of this micro-batch to the global token mean
         return jnp.sum(x * mask) / denom
 
-    use_prox = config.decoupled and prox_logp is not None
-    anchor = jax.lax.stop_gradient(prox_logp if use_prox else behav_logp)
+    prox = prox_logp if config.decoupled else None
+    anchor = jax.lax.stop_gradient(behav_logp if prox is None else prox)
     log_ratio = logp - anchor
     ratio = jnp.exp(log_ratio)
-    if use_prox:
+    if prox is not None:
         is_weight = jnp.exp(anchor - behav_logp)
     else:
         is_weight = jnp.ones_like(ratio)

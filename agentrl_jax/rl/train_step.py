@@ -147,7 +147,8 @@ class Trainer:
         self.graphdef = graphdef
         # Trainable (all parameters, or the adapters) and frozen (nothing, or the base) trees.
         if self.lora is not None:
-            _, trainable, frozen = nnx.split(nnx.merge(graphdef, state), LoraParam, ...)
+            _, *split_states = nnx.split(nnx.merge(graphdef, state), LoraParam, ...)
+            trainable, frozen = split_states
         else:
             trainable, frozen = state, nnx.State({})
         self.param_shardings = nnx.to_pure_dict(
@@ -180,8 +181,9 @@ class Trainer:
             abstract_opt, self._params_struct, lambda _: self.param_shardings,
             lambda _: self.replicated,
         )
-        self.state_shardings = TrainState(
-            self.param_shardings, self.opt_shardings, self.replicated, self.replicated
+        self.state_shardings = TrainState(  # the same tree, of shardings
+            self.param_shardings, self.opt_shardings,
+            self.replicated, self.replicated,  # type: ignore[arg-type]
         )
         self._init_opt = jax.jit(self.tx.init, out_shardings=self.opt_shardings)
         self._accumulate = jax.jit(
@@ -255,7 +257,8 @@ class Trainer:
     def _forward(self, graphdef, params, batch: TrainBatch):
         model = nnx.merge(graphdef, params)
         return token_logprobs(
-            model, batch.tokens, batch.positions, batch.segment_ids, batch.targets,
+            model, jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
+            jnp.asarray(batch.segment_ids), jnp.asarray(batch.targets),
             temperature=self.config.temperature, chunk_size=self.config.logprob_chunk,
             remat=self.config.remat, entropy_grad=bool(self.config.loss.entropy_coef),
             keep_logits_bytes=self.config.logprob_keep_bytes,
@@ -264,17 +267,18 @@ class Trainer:
     def _micro_loss(self, params, batch: TrainBatch, num_tokens, ref_params):
         loss_cfg = self.config.loss
         logp, entropy = self._forward(self.graphdef, params, batch)
-        ref = batch.reference_logprobs
+        ref = None if batch.reference_logprobs is None else jnp.asarray(batch.reference_logprobs)
         if ref is None and ref_params is not None and loss_cfg.kl_coef:
             ref = jax.lax.stop_gradient(self._forward(self.ref_graphdef, ref_params, batch)[0])
         if loss_cfg.kl_coef and ref is None:
             raise ValueError("kl_coef > 0 needs a reference model or reference_logprobs")
-        prox = batch.proximal_logprobs
+        prox = None if batch.proximal_logprobs is None else jnp.asarray(batch.proximal_logprobs)
         if loss_cfg.decoupled and prox is None:
             # One update per batch: the proximal policy is θ at the start of the step.
             prox = jax.lax.stop_gradient(logp)
         return losses.policy_loss(
-            logp, batch.behaviour_logprobs, batch.advantages, batch.loss_mask, num_tokens,
+            logp, jnp.asarray(batch.behaviour_logprobs), jnp.asarray(batch.advantages),
+            jnp.asarray(batch.loss_mask), num_tokens,
             loss_cfg, prox_logp=prox, ref_logp=ref, entropy=entropy,
         )
 

@@ -72,9 +72,9 @@ async def run_episode(
     rng = rng or random.Random()
     try:
         started = await _start(client, task, index)
-    except Exception as error:  # noqa: BLE001 - any failure to start is a task error
-        log.warning("start_sample(%s, %s) failed: %s", task, index, error)
-        return Rollout.failed(task, index, group_id, member, f"start_sample: {error!r}")
+    except Exception as exc:  # noqa: BLE001 - any failure to start is a task error
+        log.warning("start_sample(%s, %s) failed: %s", task, index, exc)
+        return Rollout.failed(task, index, group_id, member, f"start_sample: {exc!r}")
 
     end_of_turn = agent.end_of_turn_ids or (agent.tokenizer.eos_token_id,)
     sampled_stop = tuple(agent.sampling.stop_token_ids) or end_of_turn

@@ -108,7 +108,8 @@ class AdapterSamplingEngine(AsyncSamplingEngine):
             return (await self.policies()).get(policy), digest
         await self.install(policy, version, self._served_weights(placed))
         self._checksums[policy] = digest
-        return await self.served(policy)
+        served_version, _ = await self.served(policy)
+        return served_version, digest
 
     async def served(self, policy: str) -> tuple[int | None, str | None]:
         """(version, adapter checksum) that `policy` serves now (checksum None if installed

@@ -103,7 +103,11 @@ class AsyncSamplingEngine:
         try:
             return await future
         except asyncio.CancelledError:
-            self._call(lambda: ids and self.engine.cancel(ids[0]))
+            def cancel() -> None:
+                if ids:
+                    self.engine.cancel(ids[0])
+
+            self._call(cancel)
             raise
 
     async def update_params(

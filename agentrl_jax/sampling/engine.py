@@ -41,12 +41,14 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import functools
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -177,6 +179,16 @@ class _Turn:
     def restart(self) -> None:
         self.policy, self.tokens, self.logprobs, self.stop_string = None, [], [], None
 
+    def held_session(self) -> Session:
+        """The KV session of a turn that has been admitted."""
+        assert self.session is not None, "turn not admitted"
+        return self.session
+
+    def served_by(self) -> PolicyWeights:
+        """The policy weights a started turn is generated with."""
+        assert self.policy is not None, "turn not started"
+        return self.policy
+
     @property
     def position(self) -> int:
         """Position of the last generated token (its k/v is not in the pool yet)."""
@@ -234,7 +246,8 @@ class SamplingEngine:
         self._running: list[_Turn] = []
         self._ids = itertools.count()
         self._rng = np.random.default_rng(config.seed)
-        self.stats = collections.Counter()  # counts, and prefill_/decode_seconds of step()
+        # Counts, and the prefill_/decode_seconds of step(); a Counter, read as a dict.
+        self.stats = cast("dict[str, float]", collections.Counter())
         self.update_params(model, version, policy=policy)
 
     # ---- policies ------------------------------------------------------------------------
@@ -266,7 +279,7 @@ class SamplingEngine:
         self._policies[policy] = PolicyWeights(policy, version, weights, next(self._serials))
         self._flush_unserved()
         if self.config.in_flight == "abort":
-            for turn in [t for t in self._running if t.policy.name == policy]:
+            for turn in [t for t in self._running if t.served_by().name == policy]:
                 self._running.remove(turn)
                 turn.restart()
                 self._waiting.appendleft(turn)
@@ -380,7 +393,7 @@ class SamplingEngine:
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerationResult]:
         """Synchronous convenience: runs `requests` to completion, results in order."""
         results: dict[int, Any] = {}
-        ids = [self.submit(r, lambda res, i=i: results.__setitem__(i, res))
+        ids = [self.submit(r, functools.partial(results.__setitem__, i))
                for i, r in enumerate(requests)]
         while len(results) < len(ids):
             self.step()
@@ -434,7 +447,7 @@ class SamplingEngine:
             p = turn.request.params
             temperature[i], top_k[i], top_p[i], seed[i] = p.temperature, p.top_k, p.top_p, turn.seed
             stop_ids[i, : len(p.stop_token_ids)] = p.stop_token_ids
-        return RowParams(temperature, top_k, top_p, seed, stop_ids)
+        return RowParams(*map(jnp.asarray, (temperature, top_k, top_p, seed, stop_ids)))
 
     def _put(self, tree):
         return tree if self._mesh is None else jax.device_put(tree, self._replicated)
@@ -454,9 +467,9 @@ class SamplingEngine:
         for i, (turn, lo, hi) in enumerate(chunks):
             tokens[i, : hi - lo] = turn.request.prompt[lo:hi]
             start[i], length[i] = lo, hi - lo
-            write[i, : hi - lo] = self.pages.slots(turn.session, lo, hi)
+            write[i, : hi - lo] = self.pages.slots(turn.held_session(), lo, hi)
             if table is not None:
-                table[i] = self.pages.page_row(turn.session, width)
+                table[i] = self.pages.page_row(turn.held_session(), width)
         row_params = self._row_params([turn for turn, _, _ in chunks], rows)
         args = self._put((tokens, start, length, write, table, row_params))
         self._cache, token, logprob = self._prefill(weights, self._cache, *args)
@@ -527,7 +540,7 @@ class SamplingEngine:
                         context = max(lo for _, lo, _ in chunks)
                         width = _bucket(self._context_buckets, context) // page
                     token, logprob = self._run_prefill(
-                        batch[0].policy.weights, chunks,
+                        batch[0].served_by().weights, chunks,
                         _bucket(self._prefill_rows, len(batch)), bucket, width,
                     )
                     for row, (turn, _, hi) in enumerate(chunks):
@@ -540,7 +553,7 @@ class SamplingEngine:
         fetched = jax.device_get(first)
         for turn in turns:
             token, logprob, row = fetched[turn.id]
-            turn.session.tokens = list(turn.request.prompt)
+            turn.held_session().tokens = list(turn.request.prompt)
             self._append(turn, [int(token[row])], [float(logprob[row])])
             reason = self._finished(turn, first_new=0)
             if reason is not None:
@@ -557,7 +570,7 @@ class SamplingEngine:
         for i, turn in enumerate(turns):
             tokens[i], positions[i], active[i] = turn.tokens[-1], turn.position, True
             remaining[i] = turn.max_new - len(turn.tokens)
-            table[i] = self.pages.page_row(turn.session, width)
+            table[i] = self.pages.page_row(turn.held_session(), width)
         args = self._put((tokens, positions, active, remaining, table,
                           self._row_params(turns, rows)))
         self._cache, *out = self._decode(weights, self._cache, *args)
@@ -568,7 +581,7 @@ class SamplingEngine:
         rows = _bucket(self._batch_buckets, len(turns))
         need = max(t.position for t in turns) + steps
         width = _bucket(self._context_buckets, need) // page
-        out = self._run_decode(turns[0].policy.weights, turns, rows, width)
+        out = self._run_decode(turns[0].served_by().weights, turns, rows, width)
         tokens, logprobs, emitted = jax.device_get(out)
         self.stats["decode_chunks"] += 1
         for i, turn in enumerate(turns):
@@ -593,6 +606,7 @@ class SamplingEngine:
                 del turn.tokens[i + 1 :], turn.logprobs[i + 1 :]
                 return FinishReason.STOP
         if params.stop_strings:
+            assert self.decode_fn is not None  # submit() refuses stop strings without it
             for end in range(first_new + 1, len(turn.tokens) + 1):
                 text = self.decode_fn(turn.tokens[:end])
                 hit = next((s for s in params.stop_strings if s in text), None)

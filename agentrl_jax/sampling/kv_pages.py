@@ -73,11 +73,13 @@ class PagedKVManager:
             session = Session(f"\0anon{next(self._anon)}", persistent=False)
             self._sessions[session.key] = session
         else:
-            session = self._sessions.get(session_id)
-            if session is None:
+            known = self._sessions.get(session_id)
+            if known is None:
                 session = self._sessions[session_id] = Session(session_id, persistent=True)
-            elif session.busy:
+            elif known.busy:
                 raise ValueError(f"session {session_id!r} already has a turn in flight")
+            else:
+                session = known
             self._sessions.move_to_end(session_id)
         session.busy = True
         return session
@@ -106,6 +108,7 @@ class PagedKVManager:
         dropped = session.nodes[keep:]
         if not dropped:
             return
+        assert self.cache is not None, "shared pages come from the prefix cache"
         if detach:
             for node in dropped:
                 self._free.extend(self.cache.detach(node))
@@ -196,10 +199,16 @@ class PagedKVManager:
         """Frees the least recently used idle session or unused cache node."""
         victim = next((s for s in self._sessions.values() if not s.busy and s is not session),
                       None)
-        node_stamp = None if self.cache is None else self.cache.next_eviction_stamp()
-        if node_stamp is not None and (victim is None or node_stamp < victim.last_used):
-            self._free.append(self.cache.evict())
+        cache = self.cache
+        node_stamp = None if cache is None else cache.next_eviction_stamp()
+        if cache is not None and node_stamp is not None and (
+                victim is None or node_stamp < victim.last_used):
+            page = cache.evict()
+            assert page is not None, "next_eviction_stamp promised a node to evict"
+            self._free.append(page)
             return
+        if victim is None:
+            raise RuntimeError("no idle session or unused cache page to evict")
         self.drop(victim.key)
         self.evictions += 1
 

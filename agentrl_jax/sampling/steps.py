@@ -121,7 +121,7 @@ def decode_chunk(
     side_v = tuple(jnp.zeros(side_shape, pool.v.dtype) for _ in range(cfg.num_layers))
     first = positions  # the chunk's keys start here; the pool holds positions < first
 
-    def step(carry, i):
+    def step(carry: tuple, i: jax.Array) -> tuple[tuple, tuple]:
         side_k, side_v, tokens, positions, active, remaining, emitted = carry
         # This step's key is recent key i, always visible (so no row, even an inactive one,
         # attends to nothing: that would be NaN); earlier steps' keys where the row was active.
@@ -144,9 +144,8 @@ def decode_chunk(
 
     emitted = jnp.zeros((batch, num_steps), bool)
     init = (side_k, side_v, tokens, positions, active, remaining, emitted)
-    (side_k, side_v, *_, emitted), (out_tokens, out_logprobs) = jax.lax.scan(
-        step, init, jnp.arange(num_steps)
-    )
+    carry, (out_tokens, out_logprobs) = jax.lax.scan(step, init, jnp.arange(num_steps))
+    side_k, side_v, emitted = carry[0], carry[1], carry[-1]
     # The chunk's keys go into the pool in one scatter: step i of row b is position first[b] + i
     # (a row's active steps are a prefix); inactive steps write to the scratch slot.
     pos = jnp.minimum(first[:, None] + jnp.arange(num_steps)[None, :], width * page_size - 1)

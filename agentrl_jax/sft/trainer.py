@@ -31,4 +31,4 @@ class SFTTrainer(Trainer):
 
     def _micro_loss(self, params, batch: TrainBatch, num_tokens, ref_params):
         logp, _ = self._forward(self.graphdef, params, batch)
-        return masked_nll(logp, batch.loss_mask, num_tokens)
+        return masked_nll(logp, jnp.asarray(batch.loss_mask), num_tokens)
