@@ -18,9 +18,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 from scipy import stats
+
+K = TypeVar("K")  # an index: the same keys on both sides
 
 LEVEL = 0.95
 
@@ -77,7 +80,7 @@ def mean_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) ->
     return Interval(mean, mean - half, mean + half, n)
 
 
-def paired_differences(before: Mapping[object, float], after: Mapping[object, float]
+def paired_differences(before: Mapping[K, float], after: Mapping[K, float]
                        ) -> np.ndarray:
     """d_i = after[i] − before[i] over the indices, which must be the same on both sides."""
     if set(before) != set(after):

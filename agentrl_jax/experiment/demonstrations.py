@@ -9,6 +9,7 @@ cache behind; a later run (or another run directory) reuses it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -34,12 +35,10 @@ def oracle_demos(task: str, split: str = "train", limit: int = 100,
     summary = partial.with_suffix(".json")
     argv = [sys.executable, "-m", "environments.oracle", "--task", task, "--split", split,
             "--limit", str(limit), "--export", str(partial), "--output", str(summary)]
-    log = open(log_dir / f"oracle_{task}.log", "w") if log_dir else subprocess.DEVNULL
-    try:
-        done = subprocess.run(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
-    finally:
-        if log_dir:
-            log.close()
+    log = (open(log_dir / f"oracle_{task}.log", "w") if log_dir
+           else contextlib.nullcontext(subprocess.DEVNULL))
+    with log as stdout:
+        done = subprocess.run(argv, cwd=REPO_ROOT, stdout=stdout, stderr=subprocess.STDOUT)
     summary.unlink(missing_ok=True)
     if done.returncode != 0 or not partial.exists():
         partial.unlink(missing_ok=True)

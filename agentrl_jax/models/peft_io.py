@@ -50,7 +50,7 @@ def _key(layer: int, target: str, which: str) -> str:
     return f"{_PREFIX}{layer}.{module}.lora_{which}.weight"
 
 
-def _fuses(family: str, targets) -> bool:
+def _fuses(family: str | None, targets) -> bool:
     """Whether gate/up adapters of this family live on GLM-4's fused HF module."""
     return family == "glm4" and bool(set(_GATE_UP) & set(targets))
 
@@ -77,7 +77,9 @@ def _fused_tensors(layers: dict[str, Any], lora: LoraConfig, i: int
                    ) -> tuple[np.ndarray, np.ndarray]:
     """PEFT's (A [R, in], B [2I, R]) of GLM-4's gate_up_proj in layer `i` (see the module
     docstring): rank 2r when both projections are adapted, else r."""
-    rank, a_blocks, b_halves = lora.rank, [], []
+    rank = lora.rank
+    a_blocks: list[np.ndarray] = []
+    b_halves: list[np.ndarray | None] = []
     for target in _GATE_UP:
         a_name, b_name = lora_names(target)
         if target in lora.targets:

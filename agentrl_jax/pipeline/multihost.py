@@ -104,7 +104,8 @@ def encode(message: Message) -> np.ndarray:
     """A message as uint8 bytes (an `np.savez` archive; no pickle)."""
     header = json.dumps({"kind": message.kind, "meta": message.meta}).encode()
     buffer = io.BytesIO()
-    np.savez(buffer, __header__=np.frombuffer(header, np.uint8), **message.arrays)
+    arrays: dict[str, Any] = {"__header__": np.frombuffer(header, np.uint8), **message.arrays}
+    np.savez(buffer, **arrays)
     return np.frombuffer(buffer.getvalue(), np.uint8)
 
 
@@ -130,8 +131,9 @@ def batch_arrays(micro_batches: Sequence[TrainBatch]) -> dict[str, np.ndarray]:
 
 
 def batches_from(arrays: dict[str, np.ndarray], count: int) -> list[TrainBatch]:
-    return [TrainBatch(**{name: arrays.get(f"{i}.{name}") for name in _BATCH_FIELDS})
-            for i in range(count)]
+    fields: list[dict[str, Any]] = [
+        {name: arrays.get(f"{i}.{name}") for name in _BATCH_FIELDS} for i in range(count)]
+    return [TrainBatch(**f) for f in fields]
 
 
 class Channel:

@@ -116,13 +116,14 @@ async def sync_weights(
     updated = ["current"]
     if stale_every and version % stale_every == 0:
         updated.append("stale")
-    verified = engine is not None and hasattr(engine, "receive")
-    update = WeightUpdate.of(version, weights) if verified or hub is not None else None
+    receive = getattr(engine, "receive", None)  # an adapter engine verifies what it installs
+    update = (WeightUpdate.of(version, weights) if receive is not None or hub is not None
+              else None)
     for policy in updated:
-        if verified:
-            await deliver(engine.receive, policy, update)
+        if receive is not None and update is not None:
+            await deliver(receive, policy, update)
         elif engine is not None:
             await engine.update_params(weights, version, policy=policy)
-        if hub is not None:
+        if hub is not None and update is not None:
             hub.publish(policy, version, update.weights, checksum=update.checksum)
     return updated

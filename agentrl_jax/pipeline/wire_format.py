@@ -29,7 +29,7 @@ def rollout_to_json(r: Rollout) -> dict[str, Any]:
 
 
 def rollout_from_json(d: dict[str, Any]) -> Rollout:
-    arrays = {name: np.asarray(d[name], dtype) for name, dtype in _ARRAYS.items()}
+    arrays: dict[str, Any] = {name: np.asarray(d[name], dtype) for name, dtype in _ARRAYS.items()}
     lengths = {a.shape for a in arrays.values()}
     if len(lengths) != 1 or len(next(iter(lengths))) != 1:
         raise ValueError(f"per-token fields of unequal or non-flat shapes: {lengths}")
