@@ -144,6 +144,12 @@ MEANINGS: dict[str, str] = {
     "rl.engine.prefix_cache": "share the KV of common prompt prefixes (system prompts, a "
                               "group's prompt) between requests, keyed by weights",
     "rl.engine.steps_per_sync": "decode steps per device call (the host syncs once per chunk)",
+    "rl.engine.prefill_batch_buckets": "prompts prefilled together in one device call (rows; "
+                                       "capped at max_batch)",
+    "rl.engine.in_flight": 'turns running at a weight update: "finish" on the weights they '
+                           'started with, or "abort" (restart on the new ones)',
+    "rl.engine.max_stop_ids": "stop token ids per request the device checks",
+    "rl.engine.seed": "seeds requests that bring none",
     # rl.trainer
     "rl.trainer.temperature": "logits / temperature in the trainer's log-probs (match the "
                               "sampler's to train on the distribution sampled from)",

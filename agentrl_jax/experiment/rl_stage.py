@@ -26,6 +26,7 @@ import ml_collections
 from jax.sharding import Mesh
 
 from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.dataclass_config import config_dict_from, dataclass_from
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.policy import Policy
 from agentrl_jax.models import lora
@@ -49,17 +50,24 @@ DriverFactory = Callable[[Training], TrainerDriver]
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """AgentRL's settings where they apply (temperature 0.8, G=8, lr 1e-6, −0.2 penalty)."""
+    """AgentRL's settings where they apply (temperature 0.8, G=8, lr 1e-6, −0.2 penalty).
+
+    `limits` and `engine` are `EpisodeLimits` and `EngineConfig` as ConfigDicts: their fields
+    and defaults are the dataclasses'. The engine's defaults size a small direct use, so an RL
+    job overrides what its episodes (AgentRL's, `EpisodeLimits`) need: a context that holds
+    the longest episode, and a pool and prefill buckets to match.
+    """
+    limits = EpisodeLimits()
     return ml_collections.ConfigDict(dict(
         pipeline=runner.default_config(),
         trainer=train_step.default_config(),
         advantages=advantages.default_config(),
         sampling=dict(temperature=0.8, top_p=1.0, top_k=0),
-        limits=dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024),
-        engine=dict(max_batch=32, page_size=16, num_pages=4096, max_context=8192,
-                    prefill_buckets=(128, 512, 2048), context_buckets=(1024, 2048, 4096),
-                    batch_buckets=(1, 4, 8, 16), steps_per_sync=8,
-                    prefix_cache=True),  # system prompts and group prompts prefilled once
+        limits=config_dict_from(limits),
+        engine=config_dict_from(EngineConfig, num_pages=4096,
+                                max_context=limits.max_context_tokens,
+                                prefill_buckets=(128, 512, 2048),
+                                context_buckets=(1024, 2048, 4096)),
         checkpoint=dict(every=10, keep=2),
     ))
 
@@ -67,7 +75,7 @@ def default_config() -> ml_collections.ConfigDict:
 def agent_spec(config: ml_collections.ConfigDict, policy: Policy,
                stale_ratio: float = 0.0) -> AgentSpec:
     """The agent side of episodes: sampling settings, limits, policy mix, chat format."""
-    limits = EpisodeLimits(**config.limits.to_dict())
+    limits = dataclass_from(config.limits, EpisodeLimits)
     sampling = SamplingParams(max_new_tokens=limits.max_new_tokens, **config.sampling.to_dict())
     return AgentSpec(tokenizer=policy.tokenizer, sampling=sampling, limits=limits,
                      policy_mix=PolicyMix.current_and_stale(stale_ratio), parser=policy.parser,
@@ -90,15 +98,14 @@ def check_context_fits_training(config: ml_collections.ConfigDict) -> None:
 
 def make_engine(config: ml_collections.ConfigDict, policy: Policy,
                 mesh: Mesh | None = None) -> AsyncSamplingEngine:
-    engine_cfg = config.engine.to_dict()
-    engine_cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in engine_cfg.items()}
+    engine_cfg = dataclass_from(config.engine, EngineConfig)
     trainer_cfg = config.get("trainer")
     if trainer_cfg is None or train_step.lora_of(trainer_cfg) is None:
-        return AsyncSamplingEngine(SamplingEngine(policy.model, EngineConfig(**engine_cfg),
+        return AsyncSamplingEngine(SamplingEngine(policy.model, engine_cfg,
                                                   mesh=mesh))
     # LoRA: the engine serves adapters over one kept base; syncs carry adapters alone.
     model = train_step.with_trainer_adapters(policy.model, trainer_cfg)
-    return AdapterSamplingEngine(SamplingEngine(model, EngineConfig(**engine_cfg), mesh=mesh),
+    return AdapterSamplingEngine(SamplingEngine(model, engine_cfg, mesh=mesh),
                                  model, mesh=mesh)
 
 

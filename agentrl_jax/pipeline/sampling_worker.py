@@ -30,6 +30,7 @@ import httpx
 from flax import nnx
 
 from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.dataclass_config import dataclass_from
 from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.models.config import LoraConfig, ModelConfig
 from agentrl_jax.models.decoder import Decoder
@@ -157,8 +158,9 @@ class SamplingWorker:
             tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(spec["tokenizer"]))
             engine = await self.build_engine(hub, spec)
             agent = AgentSpec(
-                tokenizer=tokenizer, sampling=SamplingParams(**_tuples(spec["sampling"])),
-                limits=EpisodeLimits(**spec["limits"]), policy_mix=PolicyMix(spec["policy_mix"]),
+                tokenizer=tokenizer, sampling=dataclass_from(spec["sampling"], SamplingParams),
+                limits=dataclass_from(spec["limits"], EpisodeLimits),
+                policy_mix=PolicyMix(spec["policy_mix"]),
                 parser=spec["parser"],
                 end_of_turn_ids=tuple(spec["end_of_turn_ids"] or ()) or None)
             with engine:
@@ -177,7 +179,7 @@ class SamplingWorker:
                            ) -> AsyncSamplingEngine:
         """The worker's engine (not started): over the base it loads itself and verifies, for
         adapters; over the first full weights it downloads, otherwise."""
-        config = EngineConfig(**_tuples(spec["engine"]))
+        config = dataclass_from(spec["engine"], EngineConfig)
         if "adapters" in spec:
             model = adapter_model_from_spec(spec)
             return AdapterSamplingEngine(SamplingEngine(model, config), model)
@@ -269,11 +271,6 @@ class SamplingWorker:
             await hub.post("/rollouts", json={
                 "worker_id": self.worker_id,
                 "rollouts": [rollout_to_json(r) for r in rollouts]})
-
-
-def _tuples(d: dict[str, Any]) -> dict[str, Any]:
-    """JSON turned the dataclasses' tuples into lists; frozen dataclasses want them back."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -71,8 +71,8 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
         stale_policy_ratio=0.25, stale_every=25, seed=0)
     c.rl.pipeline.max_groups_per_step = None  # take every complete group
 
-    c.rl.sampling.update(temperature=0.8, top_p=1.0, top_k=0)
-    c.rl.limits.update(max_turns=20, max_context_tokens=8192, max_new_tokens=1024)
+    # Sampling (`rl.sampling`) and the episode limits (`rl.limits`, `EpisodeLimits`) are
+    # rl_stage's defaults, which are AgentRL's.
 
     c.rl.trainer.temperature = 0.8  # log-probs of the same distribution the sampler drew from
     c.rl.trainer.optimizer.update(learning_rate=1e-6, schedule="constant", warmup_steps=0,

@@ -149,6 +149,7 @@ def test_learning_figures_from_a_partial_run_directory(tmp_path):
 
 
 def test_the_gpu_learning_run_fits_the_launcher():
+    from agentrl_jax.dataclass_config import dataclass_from
     from agentrl_jax.experiment import rl_stage
     from agentrl_jax.sampling import EngineConfig
     from configs import local_smollm2
@@ -156,8 +157,7 @@ def test_the_gpu_learning_run_fits_the_launcher():
     c = local_smollm2.get_config("gpu")
     assert tuple(c.env.tasks) == local_smollm2.GPU_TASKS and c.eval.per_task == 20
     rl_stage.check_context_fits_training(c.rl)
-    EngineConfig(**{k: tuple(v) if isinstance(v, list) else v
-                    for k, v in c.rl.engine.to_dict().items()})
+    dataclass_from(c.rl.engine, EngineConfig)
     with pytest.raises(ValueError, match="unknown mode"):
         local_smollm2.get_config("tpu")
 

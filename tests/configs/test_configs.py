@@ -11,6 +11,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from agentrl_jax.chat.tool_parsers import get_parser
+from agentrl_jax.dataclass_config import dataclass_from
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rollout.agent_loop import EpisodeLimits
 from agentrl_jax.sampling import EngineConfig, SamplingParams
@@ -71,10 +72,9 @@ def test_model_configs_fit_the_launcher(model):
     c = runnable(load(f"{model}.py"))
     tpu_pod.check_config(c)
     get_parser(c.model.parser)
-    EpisodeLimits(**c.rl.limits.to_dict())
+    dataclass_from(c.rl.limits, EpisodeLimits)
     SamplingParams(max_new_tokens=c.rl.limits.max_new_tokens, **c.rl.sampling.to_dict())
-    EngineConfig(**{k: tuple(v) if isinstance(v, list) else v
-                    for k, v in c.rl.engine.to_dict().items()})
+    dataclass_from(c.rl.engine, EngineConfig)
     optimizer_lib.make_optimizer(c.rl.trainer.optimizer)
     # The device split on this (one-process, 8-device) test machine.
     layout = tpu_pod.build_layout(c.mesh)
