@@ -30,9 +30,18 @@ class StalenessGate:
         """Waits for permission to start a group; returns its sequence number."""
         async with self._advanced:
             await self._advanced.wait_for(self.allowed)
-            number = self.started
-            self.started += 1
-            return number
+            return self._take_number()
+
+    async def try_admit(self) -> int | None:
+        """Admits a group if the gate is open now (its sequence number), else None; never
+        waits for the gate (a remote worker's claim is answered at once and asked again)."""
+        async with self._advanced:
+            return self._take_number() if self.allowed() else None
+
+    def _take_number(self) -> int:
+        number = self.started
+        self.started += 1
+        return number
 
     async def advance(self, version: int) -> None:
         """The trainer reached `version`: wake the workers it unblocks."""

@@ -7,13 +7,14 @@ group never waits forever for a member that died. Groups are released in complet
 the trainer takes every complete group available (AgentRL drains the buffer each step).
 
 Staleness: a rollout's lag is the trainer's version minus the oldest weight version among the
-tokens its trained policy sampled (policy id 0, "current" in `rollout.cross_policy`). Turns of
+tokens its trained policy sampled (`TRAINED_POLICY` of `rollout.cross_policy`, found by name in
+the policy mix the rollouts were played with). Turns of
 the stale snapshot are old on purpose (cross-policy sampling; the importance ratio against
 their behaviour log-probs corrects for them) and do not count: counted, they would make every
 multi-turn group that drew a snapshot turn stale as soon as the snapshot is max_staleness
 versions old. With `max_staleness` set,
 groups whose lag exceeds it are dropped (counted, not trained); the lag of everything taken is
-recorded as a distribution.
+recorded as a distribution, reported and reset by `report_metrics`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
+from agentrl_jax.rollout.cross_policy import TRAINED_POLICY, PolicyMix
 from agentrl_jax.rollout.record import Rollout
 
-TRAINED_POLICY_ID = 0  # the policy mix's first policy ("current"): the one being trained
+
+class Taken(NamedTuple):
+    """What one `take` removed: the groups for the trainer, and how many it discarded."""
+
+    groups: list[list[Rollout]]
+    discarded: int  # stale or without a trainable member: never trained, admission to return
 
 
 @dataclasses.dataclass
@@ -57,11 +65,15 @@ class BufferStats:
 class TrajectoryBuffer:
     """Holds rollouts until their group is complete; hands complete groups to the trainer."""
 
-    def __init__(self, group_size: int, max_staleness: int | None = None):
+    def __init__(self, group_size: int, max_staleness: int | None = None,
+                 policy_mix: PolicyMix | None = None):
+        """`policy_mix`: the mix the rollouts are played with (default the trained policy
+        alone); the policy id whose tokens measure staleness is `TRAINED_POLICY`'s in it."""
         if group_size < 1:
             raise ValueError("group_size must be >= 1")
         self.group_size = group_size
         self.max_staleness = max_staleness
+        self._trained_id = (policy_mix or PolicyMix.single()).policy_id(TRAINED_POLICY)
         self._pending: dict[int, _PendingGroup] = {}
         self._ready: collections.deque[list[Rollout]] = collections.deque()
         self._changed = asyncio.Event()
@@ -98,31 +110,43 @@ class TrajectoryBuffer:
     def num_pending(self) -> int:
         return len(self._pending)
 
-    def take(self, current_version: int, max_groups: int | None = None) -> list[list[Rollout]]:
-        """Removes and returns complete groups (all, or the oldest `max_groups`).
+    def take(self, current_version: int, max_groups: int | None = None) -> Taken:
+        """Removes complete groups (all, or the oldest `max_groups` kept ones) and returns them
+        with the number discarded on the way.
 
         Groups whose lag exceeds `max_staleness`, and groups without a single trainable member,
-        are discarded here (counted in `stats`) and not returned.
+        are discarded here (also counted in `stats`) and not returned.
         """
-        taken = []
+        taken, discarded = [], 0
         while self._ready and (max_groups is None or len(taken) < max_groups):
             group = self._ready.popleft()
-            lag = _group_lag(group, current_version)
+            lag = self._group_lag(group, current_version)
             if self.max_staleness is not None and lag > self.max_staleness:
                 self.stats.groups_dropped_stale += 1
+                discarded += 1
                 continue
             if not any(r.trainable for r in group):
                 self.stats.groups_untrainable += 1
+                discarded += 1
                 continue
             for r in group:
-                version = r.oldest_version(TRAINED_POLICY_ID)
+                version = r.oldest_version(self._trained_id)
                 if version is not None:
                     self.stats.lags.append(current_version - version)
             self.stats.rollouts_taken += len(group)
             taken.append(group)
         if not self._ready:
             self._changed.clear()
-        return taken
+        return Taken(taken, discarded)
+
+    def report_metrics(self) -> dict[str, float]:
+        """The lag distribution of the rollouts taken since the previous report (`lag_*`),
+        which it then forgets, and the run's discard counts so far."""
+        metrics = {**self.stats.lag_summary(),
+                   "groups_dropped_stale": float(self.stats.groups_dropped_stale),
+                   "groups_untrainable": float(self.stats.groups_untrainable)}
+        self.stats.lags.clear()
+        return metrics
 
     async def wait_for(self, num_groups: int) -> None:
         """Returns once at least `num_groups` complete groups are ready."""
@@ -130,7 +154,6 @@ class TrajectoryBuffer:
             self._changed.clear()
             await self._changed.wait()
 
-
-def _group_lag(group: list[Rollout], current_version: int) -> int:
-    versions = [v for r in group if (v := r.oldest_version(TRAINED_POLICY_ID)) is not None]
-    return current_version - min(versions) if versions else 0
+    def _group_lag(self, group: list[Rollout], current_version: int) -> int:
+        versions = [v for r in group if (v := r.oldest_version(self._trained_id)) is not None]
+        return current_version - min(versions) if versions else 0

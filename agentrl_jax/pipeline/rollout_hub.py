@@ -11,6 +11,10 @@ what it downloaded (`pipeline.sampling_worker`); the hub keeps them (`served`) a
 from a worker that reports serving a version under another checksum than the one published.
 With LoRA (`spec["adapters"]`) the published weights are the adapters alone.
 
+The hub is handed its two sources when it is built: `claim`, which admits and opens a group
+(or declines, when the gate is closed), and `deliver`, which takes a finished rollout. The
+pipeline that owns the gate and the buffer builds its hub from `HubSettings`.
+
 A worker that stops heartbeating for `lease_timeout_s` is lost: every member of its claimed
 groups that has not arrived is entered as a failed rollout, so those groups are released and
 masked out instead of blocking the trainer, and nothing the worker was still playing is trained
@@ -31,7 +35,7 @@ import dataclasses
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvicorn
@@ -47,7 +51,17 @@ log = logging.getLogger(__name__)
 FAILED_GROUPS_TO_DROP = 3  # consecutive groups without a trainable rollout drop a worker
 
 # Returns (group_id, task, index) of a newly opened group, or None when the gate is closed.
-ClaimFn = Callable[[], "tuple[int, str, Any] | None"]
+ClaimFn = Callable[[], Awaitable["tuple[int, str, Any] | None"]]
+DeliverFn = Callable[[Rollout], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class HubSettings:
+    """What a hub serves: the `spec` workers build their sampling from
+    (`sampling_worker.make_spec`), and how long a silent worker keeps its groups."""
+
+    spec: dict[str, Any]
+    lease_timeout_s: float = 30.0
 
 
 @dataclasses.dataclass
@@ -60,7 +74,8 @@ class _Lease:
 
 
 class RolloutHub:
-    def __init__(self, spec: dict[str, Any], group_size: int, lease_timeout_s: float = 30.0,
+    def __init__(self, spec: dict[str, Any], group_size: int, *, claim: ClaimFn,
+                 deliver: DeliverFn, lease_timeout_s: float = 30.0,
                  failed_groups_to_drop: int = FAILED_GROUPS_TO_DROP):
         self.spec = spec
         self.failed_groups_to_drop = failed_groups_to_drop
@@ -68,8 +83,8 @@ class RolloutHub:
         self.dropped_workers: list[str] = []
         self.group_size = group_size
         self.lease_timeout_s = lease_timeout_s
-        self.claim_fn: ClaimFn | None = None
-        self.deliver_fn: Callable[[Rollout], None] | None = None
+        self._claim = claim
+        self._deliver_to = deliver
         # policy -> (version, safetensors blob, SHA-256 checksum of the arrays)
         self._blobs: dict[str, tuple[int, bytes, str]] = {}
         self._published: dict[tuple[str, int], str] = {}  # (policy, version) -> checksum
@@ -164,7 +179,7 @@ class RolloutHub:
         if len(lease.delivered) == self.group_size:
             del self._leases[rollout.group_id]
             self._count_group(lease)
-        self.deliver_fn(rollout)
+        self._deliver_to(rollout)
 
     def _count_group(self, lease: _Lease) -> None:
         """Counts a completed group against its worker; drops one that keeps failing."""
@@ -229,7 +244,7 @@ class RolloutHub:
                 return JSONResponse({"detail": "dropped: its rollouts kept failing"}, 403)
             if unverified := self._unverified(worker_id):
                 return JSONResponse({"detail": f"serves unpublished weights: {unverified}"}, 409)
-            claimed = self.claim_fn() if self.claim_fn else None
+            claimed = await self._claim()
             if claimed is None:
                 return Response(status_code=204)
             group_id, task, index = claimed

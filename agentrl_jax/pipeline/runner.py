@@ -7,9 +7,10 @@ computes advantages, steps in a worker thread (the event loop, hence the environ
 sampler, keep going), then syncs weights to the sampler. Generation never waits for training
 except at the staleness bound, and training never waits for the slowest episode.
 
-Sampling workers may also run out of process (`pipeline.sampling_worker`, other hosts): given a
-`RolloutHub`, they claim groups through the same gate and post rollouts into the same buffer,
-and each weight version is published to them. `rollout_workers` may then be 0.
+Sampling workers may also run out of process (`pipeline.sampling_worker`, other hosts): given
+`remote` settings, the pipeline builds a `RolloutHub` (`self.hub`, for the caller to start and
+stop) through which they claim groups from the same gate and post rollouts into the same
+buffer, and each weight version is published to them. `rollout_workers` may then be 0.
 
 The trainer given may be a `pipeline.trainer_driver.TrainerDriver` (what `experiment.rl_stage`
 passes): on several hosts its steps are made by every process, and `weights_fn` (its `weights`)
@@ -47,10 +48,11 @@ from agentrl_jax.pipeline import curriculum
 from agentrl_jax.pipeline.admission import StalenessGate
 from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, rollout_metrics
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
-from agentrl_jax.pipeline.rollout_hub import RolloutHub
+from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
 from agentrl_jax.pipeline.weight_sync import sync_weights
 from agentrl_jax.rl.train_step import Trainer, TrainState
-from agentrl_jax.rollout.agent_loop import AgentSpec, run_episode
+from agentrl_jax.rollout.agent_loop import AgentSpec, play_group
+from agentrl_jax.rollout.cross_policy import STALE_POLICY
 from agentrl_jax.rollout.record import Rollout
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from agentrl_jax.sampling.engine import prefill_window
@@ -119,23 +121,29 @@ class RLPipeline:
         adv_config: ml_collections.ConfigDict,
         on_step: StepCallback | None = None,
         bookkeeping: dict[str, Any] | None = None,
-        hub: RolloutHub | None = None,
+        remote: HubSettings | None = None,
         weights_fn: Callable[[TrainState], Any] | None = None,
     ):
-        """`weights_fn(state)`: the sampler-layout weights of a state (run in a worker thread);
+        """`remote`: serve out-of-process sampling workers through a hub built here
+        (`self.hub`); the caller starts it before `run` and stops it after.
+        `weights_fn(state)`: the sampler-layout weights of a state (run in a worker thread);
         default a device copy (`weight_sync.snapshot`)."""
         self.config = config
         self.client, self.engine, self.trainer = client, engine, trainer
         self.agent, self.stream, self.adv_config = agent, stream, adv_config
         self.on_step = on_step
-        self.hub = hub
         self.weights_fn = weights_fn
         book = bookkeeping or {}
         # Group ids and counters continue across a resume, so no two groups ever share an id.
         self._next_group_id = int(book.get("next_group_id", 0))
         self._rollouts_trained = int(book.get("rollouts_trained", 0))
         self._rng = random.Random(config.seed + int(book.get("next_group_id", 0)))
-        self.buffer = TrajectoryBuffer(config.group_size, config.max_staleness)
+        self.buffer = TrajectoryBuffer(config.group_size, config.max_staleness,
+                                       policy_mix=agent.policy_mix)
+        self._gate: StalenessGate | None = None   # the async loop's, while it runs
+        self.hub = None if remote is None else RolloutHub(
+            remote.spec, config.group_size, claim=self._claim_group, deliver=self.buffer.add,
+            lease_timeout_s=remote.lease_timeout_s)
         self._sampler_totals: dict[str, float] = {}
 
     # ---- rollouts -------------------------------------------------------------------------
@@ -148,22 +156,18 @@ class RLPipeline:
         self.buffer.open_group(group_id, task)
         return group_id, task, index
 
-    def _claim_now(self, gate: StalenessGate) -> tuple[int, str, Any] | None:
-        """A group for a remote sampling worker, if the staleness gate admits one now."""
-        if not gate.allowed():
+    async def _claim_group(self) -> tuple[int, str, Any] | None:
+        """A group for a remote sampling worker, if the async loop's staleness gate admits one
+        now (none outside it: in sync mode, or before and after a run)."""
+        if self._gate is None or await self._gate.try_admit() is None:
             return None
-        gate.started += 1
         return self._open_group()
 
     async def _play_group(self, group_id: int, task: str, index) -> None:
-        seeds = [self._rng.getrandbits(32) for _ in range(self.config.group_size)]
-
-        async def member(m: int) -> None:
-            rollout = await run_episode(self.client, self.engine, self.agent, task, index,
-                                        group_id=group_id, member=m, rng=random.Random(seeds[m]))
-            self.buffer.add(rollout)
-
-        await asyncio.gather(*(member(m) for m in range(self.config.group_size)))
+        """Plays a group in process; each rollout goes to the buffer as its episode ends."""
+        await play_group(self.client, self.engine, self.agent, task, index, group_id=group_id,
+                         group_size=self.config.group_size, rng=self._rng,
+                         on_rollout=self.buffer.add)
 
     async def _rollout_worker(self, gate: StalenessGate) -> None:
         while True:
@@ -217,12 +221,9 @@ class RLPipeline:
         updated = await self._sync_weights(state, version, self._stale_every())
         if gate is not None:  # only now: groups admitted next start on the new weights
             await gate.advance(version)
-        metrics = {**metrics, **await self._sampler_metrics(), **self.buffer.stats.lag_summary(),
-                   "groups_dropped_stale": float(self.buffer.stats.groups_dropped_stale),
-                   "groups_untrainable": float(self.buffer.stats.groups_untrainable),
+        metrics = {**metrics, **await self._sampler_metrics(), **self.buffer.report_metrics(),
                    "step_seconds": time.perf_counter() - started,
-                   "stale_refreshed": float("stale" in updated)}
-        self.buffer.stats.lags.clear()
+                   "stale_refreshed": float(STALE_POLICY in updated)}
         report = StepReport(version, state, metrics, rollouts, self.bookkeeping())
         if self.on_step is not None:
             result = self.on_step(report)
@@ -276,11 +277,9 @@ class RLPipeline:
                              started_groups=start_step * cfg.groups_per_step, version=start_step)
         workers = [asyncio.create_task(self._rollout_worker(gate))
                    for _ in range(cfg.rollout_workers)]
-        if self.hub is not None:
-            self.hub.claim_fn = lambda: self._claim_now(gate)
-            self.hub.deliver_fn = self.buffer.add
-        elif not workers:
-            raise ValueError("async mode needs rollout_workers > 0 or a RolloutHub")
+        if self.hub is None and not workers:
+            raise ValueError("async mode needs rollout_workers > 0 or remote sampling workers")
+        self._gate = gate
         try:
             for version in range(start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
@@ -288,8 +287,7 @@ class RLPipeline:
                 state, metrics, rollouts = await self._train_on(draws, state, version)
                 await self._finish_step(state, version, metrics, rollouts, started, gate)
         finally:
-            if self.hub is not None:
-                self.hub.claim_fn = None
+            self._gate = None
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
@@ -311,7 +309,7 @@ class RLPipeline:
                 groups = [self._open_group() for _ in range(count)]
                 opened += count
                 await asyncio.gather(*(self._play_group(*group) for group in groups))
-                self._select(self.buffer.take(current_version=version - 1), draws)
+                self._select(self.buffer.take(current_version=version - 1).groups, draws)
                 if not cfg.dynamic_sampling:
                     break
             state, metrics, rollouts = await self._train_on(draws, state, version)
@@ -335,16 +333,12 @@ class RLPipeline:
                 break
             await self._wait_or_raise(
                 self.buffer.wait_for(cfg.groups_per_step - len(draws.kept)), workers)
-            stats = self.buffer.stats
-            discarded_before = stats.groups_dropped_stale + stats.groups_untrainable
             caps = [c for c in (left, None if cfg.max_groups_per_step is None
                                 else cfg.max_groups_per_step - len(draws.kept)) if c is not None]
             without_variance = draws.discarded
-            self._select(self.buffer.take(current_version, max_groups=min(caps, default=None)),
-                         draws)
-            discarded = (stats.groups_dropped_stale + stats.groups_untrainable - discarded_before
-                         + draws.discarded - without_variance)
-            await gate.release(discarded)
+            taken = self.buffer.take(current_version, max_groups=min(caps, default=None))
+            self._select(taken.groups, draws)
+            await gate.release(taken.discarded + draws.discarded - without_variance)
         return draws
 
     @staticmethod

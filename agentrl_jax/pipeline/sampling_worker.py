@@ -35,8 +35,8 @@ from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.models.config import LoraConfig, ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline.wire_format import rollout_to_json, weights_from_bytes
-from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, run_episode
-from agentrl_jax.rollout.cross_policy import PolicyMix
+from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, play_group
+from agentrl_jax.rollout.cross_policy import TRAINED_POLICY, PolicyMix
 from agentrl_jax.sampling import AsyncSamplingEngine, EngineConfig, SamplingEngine, SamplingParams
 from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine
 from agentrl_jax.tree_digest import tree_digest
@@ -186,11 +186,11 @@ class SamplingWorker:
         cfg = ModelConfig.from_hf(spec["model_config"])
         for _ in range(FETCH_ATTEMPTS):
             try:
-                version, checksum, weights = await self._fetch(hub, "current")
+                version, checksum, weights = await self._fetch(hub, TRAINED_POLICY)
             except UpdateRefused as error:
                 log.warning("%s; fetching again", error)
                 continue
-            self._served["current"] = (version, checksum)
+            self._served[TRAINED_POLICY] = (version, checksum)
             return AsyncSamplingEngine(SamplingEngine(
                 decoder_from_weights(cfg, weights), config, version=version))
         raise UpdateRefused(f"the first weights failed {FETCH_ATTEMPTS} downloads")
@@ -255,7 +255,7 @@ class SamplingWorker:
 
     async def _claim_loop(self, hub, client, engine, agent, group_size: int) -> None:
         while True:
-            if "current" not in self._served:  # nothing verified to sample with yet
+            if TRAINED_POLICY not in self._served:  # nothing verified to sample with yet
                 await asyncio.sleep(0.2)
                 continue
             response = await hub.post("/claim", json={"worker_id": self.worker_id})
@@ -263,11 +263,9 @@ class SamplingWorker:
                 await asyncio.sleep(0.2)
                 continue
             claim = response.json()
-            seeds = [self._rng.getrandbits(32) for _ in range(group_size)]
-            rollouts = await asyncio.gather(*(
-                run_episode(client, engine, agent, claim["task"], claim["index"],
-                            group_id=claim["group_id"], member=m, rng=random.Random(seeds[m]))
-                for m in range(group_size)))
+            rollouts = await play_group(client, engine, agent, claim["task"], claim["index"],
+                                        group_id=claim["group_id"], group_size=group_size,
+                                        rng=self._rng)
             await hub.post("/rollouts", json={
                 "worker_id": self.worker_id,
                 "rollouts": [rollout_to_json(r) for r in rollouts]})

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from agentrl_jax.pipeline.rollout_hub import RolloutHub
 from agentrl_jax.rl.train_step import Trainer, TrainState
+from agentrl_jax.rollout.cross_policy import STALE_POLICY, TRAINED_POLICY
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from agentrl_jax.sampling.weights import Weights, weights_of
 from agentrl_jax.tree_digest import tree_digest
@@ -113,9 +114,9 @@ async def sync_weights(
             "make_spec(..., adapters=adapter_spec(trainer, base_model)), and only a LoRA "
             "trainer's hub may have one")
     weights = snapshot(trainer, state) if weights is None else weights
-    updated = ["current"]
+    updated = [TRAINED_POLICY]
     if stale_every and version % stale_every == 0:
-        updated.append("stale")
+        updated.append(STALE_POLICY)
     receive = getattr(engine, "receive", None)  # an adapter engine verifies what it installs
     update = (WeightUpdate.of(version, weights) if receive is not None or hub is not None
               else None)

@@ -8,6 +8,9 @@ Our limits and what they mean (AgentRL's statuses): the turn limit ends with `ta
 reached`, the context limit with `agent context limit`; either way the environment's session is
 cancelled. Failures that are not the policy's doing (controller unreachable, sampler error)
 end with `task error`, which the advantage step masks out rather than scores.
+
+`play_group` plays the G episodes of one (task, index) draw together: a GRPO group, as the
+in-process rollout workers and the out-of-process sampling workers both play it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from agentrl_jax.chat.conversation import Conversation
@@ -133,6 +137,36 @@ async def run_episode(
         reward=float(reward), status=SampleStatus.parse(status), num_turns=turns,
         metrics=metrics, messages=conv.messages, error=error,
     )
+
+
+async def play_group(
+    client: ControllerClient,
+    generator: Generator,
+    agent: AgentSpec,
+    task: str,
+    index: SampleIndex,
+    *,
+    group_id: int,
+    group_size: int,
+    rng: random.Random,
+    on_rollout: Callable[[Rollout], None] | None = None,
+) -> list[Rollout]:
+    """Plays one group, `group_size` episodes of the same draw at once; returns them by member.
+
+    Member m's episode is seeded with the m-th of `group_size` draws from `rng`, all made
+    before any episode starts, so a group's episodes depend on `rng` alone and not on how they
+    interleave. `on_rollout` receives each rollout as soon as its episode ends.
+    """
+    seeds = [rng.getrandbits(32) for _ in range(group_size)]
+
+    async def member(m: int) -> Rollout:
+        rollout = await run_episode(client, generator, agent, task, index, group_id=group_id,
+                                    member=m, rng=random.Random(seeds[m]))
+        if on_rollout is not None:
+            on_rollout(rollout)
+        return rollout
+
+    return list(await asyncio.gather(*(member(m) for m in range(group_size))))
 
 
 async def _start(client: ControllerClient, task: str, index: SampleIndex):

@@ -12,6 +12,9 @@ import dataclasses
 import random
 from collections.abc import Mapping
 
+TRAINED_POLICY = "current"  # the policy being trained, refreshed after every step
+STALE_POLICY = "stale"  # AgentRL's snapshot of it, refreshed every K steps
+
 
 @dataclasses.dataclass(frozen=True)
 class PolicyMix:
@@ -26,20 +29,23 @@ class PolicyMix:
             raise ValueError(f"policy weights must be >= 0 with a positive sum: {self.weights}")
 
     @classmethod
-    def single(cls, name: str = "current") -> PolicyMix:
+    def single(cls, name: str = TRAINED_POLICY) -> PolicyMix:
         return cls({name: 1.0})
 
     @classmethod
     def current_and_stale(cls, stale_ratio: float) -> PolicyMix:
         if stale_ratio <= 0:
             return cls.single()
-        return cls({"current": 1.0 - stale_ratio, "stale": stale_ratio})
+        return cls({TRAINED_POLICY: 1.0 - stale_ratio, STALE_POLICY: stale_ratio})
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.weights)
 
     def policy_id(self, name: str) -> int:
+        """The id tokens of policy `name` record (its position in `names`)."""
+        if name not in self.weights:
+            raise ValueError(f"policy {name!r} is not in the mix {self.names}")
         return self.names.index(name)
 
     def choose(self, rng: random.Random) -> str:

@@ -14,7 +14,10 @@ from agentrl_jax.pipeline.admission import StalenessGate
 from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, training_masks
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.rl import advantages
+from agentrl_jax.rollout.agent_loop import AgentSpec
+from agentrl_jax.rollout.cross_policy import STALE_POLICY, TRAINED_POLICY, PolicyMix
 from agentrl_jax.rollout.record import Rollout
+from agentrl_jax.sampling import SamplingParams
 from tests.support.rollouts import rollout
 
 # ---- TaskStream -------------------------------------------------------------------------------
@@ -55,7 +58,7 @@ def test_group_released_only_when_every_member_ended():
     # A member that died still ends the group: it is masked later, never waited for.
     buffer.add(Rollout.failed("t", 0, 7, 1, "worker died"))
     assert buffer.num_ready == 1
-    (group,) = buffer.take(current_version=0)
+    (group,) = buffer.take(current_version=0).groups
     assert [r.member for r in group] == [0, 1, 2]
 
 
@@ -75,8 +78,8 @@ def test_stale_groups_are_dropped_and_lags_recorded():
         buffer.open_group(gid, "t")
         buffer.add(rollout(gid, 0, version=version))
     taken = buffer.take(current_version=5)
-    assert [g[0].group_id for g in taken] == [0, 1]  # lag 0 and 1 kept, lag 2 dropped
-    assert buffer.stats.groups_dropped_stale == 1
+    assert [g[0].group_id for g in taken.groups] == [0, 1]  # lag 0 and 1 kept, lag 2 dropped
+    assert taken.discarded == 1 and buffer.stats.groups_dropped_stale == 1
     assert sorted(buffer.stats.lags) == [0, 1]
     assert buffer.stats.lag_summary()["lag_frac_1"] == 0.5
 
@@ -92,9 +95,59 @@ def test_stale_snapshot_turns_do_not_make_a_group_stale():
         buffer.open_group(gid, "t")
         buffer.add(r)
     taken = buffer.take(current_version=5)
-    assert [g[0].group_id for g in taken] == [0]
+    assert [g[0].group_id for g in taken.groups] == [0]
     assert buffer.stats.groups_dropped_stale == 1 and buffer.stats.lags == [0]
     assert mixed.oldest_version() == 0 and mixed.oldest_version(policy_id=0) == 5
+
+
+def test_the_trained_policy_is_found_by_name_in_the_mix():
+    # A mix that lists the snapshot first: its id 0 is "stale", and the trained policy's
+    # tokens (id 1) are the ones that measure staleness.
+    mix = PolicyMix({STALE_POLICY: 0.5, TRAINED_POLICY: 0.5})
+    buffer = TrajectoryBuffer(group_size=1, max_staleness=1, policy_mix=mix)
+    fresh_trained = rollout(0, 0, version=0, n=8, sampled=4)
+    fresh_trained.policy_ids[:] = np.where(fresh_trained.policy_ids >= 0, 0, -1)  # all "stale"
+    fresh_trained.versions[4:6], fresh_trained.policy_ids[4:6] = 5, 1   # "current" at v5
+    old_trained = rollout(1, 0, version=3)
+    old_trained.policy_ids[:] = np.where(old_trained.policy_ids >= 0, 1, -1)  # "current" at v3
+    for gid, r in enumerate([fresh_trained, old_trained]):
+        buffer.open_group(gid, "t")
+        buffer.add(r)
+    taken = buffer.take(current_version=5)
+    assert [g[0].group_id for g in taken.groups] == [0] and taken.discarded == 1
+    assert buffer.stats.lags == [0]
+    with pytest.raises(ValueError, match="not in the mix"):
+        TrajectoryBuffer(group_size=1, policy_mix=PolicyMix.single("other"))
+
+
+def test_take_reports_what_it_discarded():
+    buffer = TrajectoryBuffer(group_size=2, max_staleness=0)
+    groups = [[rollout(0, 0, version=4), rollout(0, 1, version=4)],            # kept
+              [rollout(1, 0, version=3), rollout(1, 1, version=4)],            # stale
+              [Rollout.failed("t", 0, 2, 0, "x"), Rollout.failed("t", 0, 2, 1, "x")],  # untrainable
+              [rollout(3, 0, version=4), rollout(3, 1, version=4)]]            # beyond max_groups
+    for gid, group in enumerate(groups):
+        buffer.open_group(gid, "t")
+        for r in group:
+            buffer.add(r)
+    taken = buffer.take(current_version=4, max_groups=1)
+    assert [g[0].group_id for g in taken.groups] == [0] and taken.discarded == 0
+    taken = buffer.take(current_version=4, max_groups=1)   # discards do not count to the cap
+    assert [g[0].group_id for g in taken.groups] == [3] and taken.discarded == 2
+    assert (buffer.stats.groups_dropped_stale, buffer.stats.groups_untrainable) == (1, 1)
+    assert buffer.take(current_version=4) == ([], 0)
+
+
+def test_report_metrics_gives_the_lags_since_the_last_report_then_resets_them():
+    buffer = TrajectoryBuffer(group_size=1)
+    for gid, version in enumerate([5, 4]):
+        buffer.open_group(gid, "t")
+        buffer.add(rollout(gid, 0, version=version))
+    buffer.take(current_version=5)
+    first = buffer.report_metrics()
+    assert (first["lag_mean"], first["lag_max"], first["lag_frac_0"]) == (0.5, 1.0, 0.5)
+    assert first["groups_dropped_stale"] == first["groups_untrainable"] == 0.0
+    assert buffer.report_metrics() == {"groups_dropped_stale": 0.0, "groups_untrainable": 0.0}
 
 
 def test_wait_for_returns_when_enough_groups_are_ready():
@@ -122,6 +175,27 @@ def test_gate_admits_at_most_staleness_versions_ahead():
         assert not fifth.done()
         await gate.advance(1)
         assert await asyncio.wait_for(fifth, 5) == 4
+    asyncio.run(go())
+
+
+def test_try_admit_never_waits_and_shares_the_limit_with_admit():
+    async def go():
+        gate = StalenessGate(groups_per_step=2, max_staleness=1)   # version 0: groups 0..3
+        # Started in this order: three waiting admits, three tries, three more admits.
+        admits = [asyncio.create_task(gate.admit()) for _ in range(3)]
+        tries = [asyncio.create_task(gate.try_admit()) for _ in range(3)]
+        admits += [asyncio.create_task(gate.admit()) for _ in range(3)]
+        assert await asyncio.gather(*tries) == [3, None, None]   # answered at once
+        await asyncio.sleep(0.01)
+        assert [t.result() for t in admits[:3]] == [0, 1, 2]
+        assert not any(t.done() for t in admits[3:]) and gate.started == 4   # the limit
+        await gate.advance(1)   # groups 4 and 5 may start: the waiting admits get them
+        await asyncio.sleep(0.01)
+        assert [t.result() for t in admits[3:5]] == [4, 5] and not admits[5].done()
+        assert await gate.try_admit() is None and gate.started == 6
+        await gate.release(1)   # a discarded group's admission comes back: one more may start
+        await asyncio.sleep(0.01)
+        assert admits[5].result() == 5 and await gate.try_admit() is None
     asyncio.run(go())
 
 
@@ -218,7 +292,8 @@ def _pipeline(dynamic, max_draws, groups_per_step=2):
     cfg.update(group_size=2, groups_per_step=groups_per_step, dynamic_sampling=dynamic,
                max_draws_per_step=max_draws, max_staleness=1)
     stream = curriculum.LearnabilityCurriculum(TaskStream({"t": list(range(10))}), prefer=1.0)
-    return runner.RLPipeline(cfg, client=None, engine=None, trainer=None, agent=None,
+    agent = AgentSpec(tokenizer=None, sampling=SamplingParams())
+    return runner.RLPipeline(cfg, client=None, engine=None, trainer=None, agent=agent,
                              stream=stream, adv_config=_config())
 
 

@@ -14,7 +14,7 @@ from agentrl_jax.data import TaskStream
 from agentrl_jax.episode import SampleStatus
 from agentrl_jax.pipeline import runner
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
-from agentrl_jax.pipeline.rollout_hub import RolloutHub
+from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
 from agentrl_jax.pipeline.sampling_worker import make_spec
 from agentrl_jax.pipeline.wire_format import (
     rollout_from_json,
@@ -40,17 +40,17 @@ def test_rollout_and_weights_survive_the_wire():
 
 
 def _hub_with_buffer(group_size=2):
+    """A hub whose claims open groups in a buffer, and the buffer its rollouts go to."""
     buffer = TrajectoryBuffer(group_size)
-    hub = RolloutHub({"name": "test"}, group_size, lease_timeout_s=5)
     ids = iter(range(100))
 
-    def claim():
+    async def claim():
         gid = next(ids)
         buffer.open_group(gid, "t")
         return gid, "t", 0
 
-    hub.claim_fn, hub.deliver_fn = claim, buffer.add
-    return hub, buffer
+    return RolloutHub({"name": "test"}, group_size, claim=claim, deliver=buffer.add,
+                      lease_timeout_s=5), buffer
 
 
 def test_hub_protocol_and_bad_input():
@@ -85,14 +85,14 @@ def test_hub_protocol_and_bad_input():
 def test_lost_worker_groups_are_failed_not_waited_for():
     hub, buffer = _hub_with_buffer(group_size=3)
     hub._last_seen["w"] = 0.0
-    group_id, _, _ = hub.claim_fn()
+    group_id, _, _ = asyncio.run(hub._claim())
     from agentrl_jax.pipeline.rollout_hub import _Lease
 
     hub._leases[group_id] = _Lease("w", "t", 0)
     hub._deliver(rollout(group_id, 1))
     hub.reap(now=100.0)
     assert hub.lost_workers == ["w"]
-    (group,) = buffer.take(current_version=0)
+    (group,) = buffer.take(current_version=0).groups
     assert [r.status for r in group] == [SampleStatus.TASK_ERROR, SampleStatus.COMPLETED,
                                          SampleStatus.TASK_ERROR]
     assert not group[0].trainable and not group[2].trainable
@@ -106,7 +106,7 @@ def test_a_worker_whose_rollouts_keep_failing_is_dropped_from_admission():
     hub._last_seen.update(bad=0.0, good=0.0)
 
     def play(worker: str, trainable: bool) -> None:
-        group_id, _, _ = hub.claim_fn()
+        group_id, _, _ = asyncio.run(hub._claim())
         hub._leases[group_id] = _Lease(worker, "t", 0)
         for m in range(2):
             hub._deliver(rollout(group_id, m) if trainable else
@@ -154,8 +154,8 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer):  # 
                                              context_buckets=(512,), batch_buckets=(8,),
                                              steps_per_sync=4), agent)
     # Generous: on a loaded 2-core machine a busy worker can miss a few seconds of beats.
-    hub = RolloutHub(spec, pcfg.group_size, lease_timeout_s=10.0)
-    reports, procs = [], {}
+    remote = HubSettings(spec, lease_timeout_s=10.0)
+    reports, procs, hub = [], {}, None
 
     async def on_step(report):
         reports.append(report)
@@ -172,14 +172,15 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer):  # 
             procs["b"].send_signal(signal.SIGKILL)
 
     async def go():
-        nonlocal hub_url
-        hub_url = await hub.start()
-        procs["a"], procs["b"] = _spawn_worker(hub_url, "a"), _spawn_worker(hub_url, "b")
+        nonlocal hub_url, hub
         async with ControllerClient(fleet.url, start_jitter_s=0) as client:
             stream = TaskStream({"echo": await client.get_indices("echo")}, seed=0)
             pipeline = runner.RLPipeline(
                 pcfg, client=client, engine=None, trainer=trainer, agent=agent, stream=stream,
-                adv_config=advantages.default_config(), on_step=on_step, hub=hub)
+                adv_config=advantages.default_config(), on_step=on_step, remote=remote)
+            hub = pipeline.hub
+            hub_url = await hub.start()
+            procs["a"], procs["b"] = _spawn_worker(hub_url, "a"), _spawn_worker(hub_url, "b")
             state = await asyncio.wait_for(pipeline.run(trainer.init_state(0)), 600)
         await hub.stop()
         return state

@@ -21,7 +21,7 @@ from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.hf_io import load_hf, save_hf
 from agentrl_jax.pipeline import runner, weight_sync
-from agentrl_jax.pipeline.rollout_hub import RolloutHub
+from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
 from agentrl_jax.pipeline.sampling_worker import (
     FETCH_ATTEMPTS,
     SamplingWorker,
@@ -84,6 +84,15 @@ def _trained_state(trainer, steps=2):
     return state
 
 
+async def _no_claims():
+    return None
+
+
+def _publishing_hub(spec):
+    """A hub that only serves weights: it declines every claim and delivers nothing."""
+    return RolloutHub(spec, group_size=2, claim=_no_claims, deliver=lambda rollout: None)
+
+
 def _spec(trainer, source):
     agent = AgentSpec(tokenizer=None, sampling=GREEDY)
     cfg = trainer.model_view().cfg.replace(lora=None)
@@ -126,7 +135,7 @@ def test_worker_serves_the_trainers_adapters_over_its_own_base(base_dir):
     trainer = _trainer(base_dir)
     state = _trained_state(trainer)
     adapters = jax.device_get(state.params)
-    hub = RolloutHub(_spec(trainer, base_dir), group_size=2)
+    hub = _publishing_hub(_spec(trainer, base_dir))
 
     async def main():
         url = await hub.start()
@@ -173,7 +182,7 @@ def test_lost_and_corrupted_downloads_are_detected_and_fetched_again(base_dir):
     trainer = _trainer(base_dir)
     state = _trained_state(trainer)
     update = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state))
-    hub = RolloutHub(_spec(trainer, base_dir), group_size=2)
+    hub = _publishing_hub(_spec(trainer, base_dir))
 
     async def main():
         url = await hub.start()
@@ -212,8 +221,10 @@ def test_lost_and_corrupted_downloads_are_detected_and_fetched_again(base_dir):
 
 
 def test_hub_refuses_claims_from_a_worker_serving_unpublished_weights():
-    hub = RolloutHub({}, group_size=2)
-    hub.claim_fn, hub.deliver_fn = (lambda: (0, "t", 0)), (lambda rollout: None)
+    async def claim():
+        return 0, "t", 0
+
+    hub = RolloutHub({}, group_size=2, claim=claim, deliver=lambda rollout: None)
     weights = {"layers": {"q_proj_lora_b": np.ones((2, 4, 8), np.float32)}}
     hub.publish("current", 3, weights)
 
@@ -256,7 +267,7 @@ def test_sync_refuses_a_hub_that_disagrees_with_the_trainer_on_lora(base_dir):
     trainer = _trainer(base_dir)
     with pytest.raises(ValueError, match="disagree on LoRA"):
         asyncio.run(weight_sync.sync_weights(None, trainer, trainer.init_state(), 1,
-                                             stale_every=None, hub=RolloutHub({}, 2)))
+                                             stale_every=None, hub=_publishing_hub({})))
 
 
 def test_lora_worker_process_trains_with_both_policies(fleet, tokenizer, tmp_path):
@@ -275,36 +286,36 @@ def test_lora_worker_process_trains_with_both_policies(fleet, tokenizer, tmp_pat
                           steps_per_sync=4)
     spec = make_spec(trainer.model_view().cfg.replace(lora=None), "smollm2-135m-instruct",
                      fleet.url, engine, agent, adapters=adapter_spec(trainer, source))
-    hub = RolloutHub(spec, pcfg.group_size, lease_timeout_s=30.0)
     reports = []
 
     async def go():
-        url = await hub.start()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agentrl_jax.pipeline.sampling_worker", "--hub", url,
-             "--concurrency", "2", "--worker-id", "a"],
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            async with ControllerClient(fleet.url, start_jitter_s=0) as client:
-                stream = TaskStream({"echo": await client.get_indices("echo")}, seed=0)
-                pipeline = runner.RLPipeline(
-                    pcfg, client=client, engine=None, trainer=trainer, agent=agent,
-                    stream=stream, adv_config=advantages.default_config(),
-                    on_step=reports.append, hub=hub)
+        async with ControllerClient(fleet.url, start_jitter_s=0) as client:
+            stream = TaskStream({"echo": await client.get_indices("echo")}, seed=0)
+            pipeline = runner.RLPipeline(
+                pcfg, client=client, engine=None, trainer=trainer, agent=agent,
+                stream=stream, adv_config=advantages.default_config(),
+                on_step=reports.append, remote=HubSettings(spec, lease_timeout_s=30.0))
+            hub = pipeline.hub
+            url = await hub.start()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agentrl_jax.pipeline.sampling_worker", "--hub", url,
+                 "--concurrency", "2", "--worker-id", "a"],
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
                 state = await asyncio.wait_for(pipeline.run(trainer.init_state(0)), 600)
-            final = tree_digest(jax.device_get(state.params))
-            for _ in range(600):  # the worker picks up and confirms the last version
-                if hub.served("a").get("current") == (3, final):
-                    break
-                await asyncio.sleep(0.1)
-            return state, final
-        finally:
-            proc.kill()
-            proc.wait()
-            await hub.stop()
+                final = tree_digest(jax.device_get(state.params))
+                for _ in range(600):  # the worker picks up and confirms the last version
+                    if hub.served("a").get("current") == (3, final):
+                        break
+                    await asyncio.sleep(0.1)
+                return state, final, hub
+            finally:
+                proc.kill()
+                proc.wait()
+                await hub.stop()
 
-    state, final = asyncio.run(go())
+    state, final, hub = asyncio.run(go())
     assert int(state.step) == 3 and [r.step for r in reports] == [1, 2, 3]
     assert hub.served("a")["current"] == (3, final)
     trained = [r for rep in reports for r in rep.rollouts if r.trainable]

@@ -127,4 +127,3 @@ def test_lost_and_corrupted_updates_are_detected_and_retried():
             assert again.tokens == result.tokens and again.versions == [1] * 4
 
     asyncio.run(main())
-

@@ -13,7 +13,7 @@ import pytest
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.episode import SampleStatus
-from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, run_episode
+from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits, play_group, run_episode
 from agentrl_jax.rollout.cross_policy import PolicyMix
 from agentrl_jax.sampling.types import FinishReason, GenerationResult, SamplingParams
 from environments.echo import EchoTask
@@ -153,6 +153,39 @@ def test_cross_policy_choice_is_recorded_per_turn(fleet, tokenizer):
     # Token policy ids follow the per-turn choices, in order.
     turn_ids = [int(ids[0])] + [int(b) for a, b in zip(ids, ids[1:], strict=False) if a != b]
     assert turn_ids == [mix.policy_id(p) for p in _dedupe(chosen)]
+
+
+def test_a_group_plays_each_member_on_its_own_seed_drawn_up_front(fleet, tokenizer):
+    fleet.add_worker(EchoTask(rounds=4))
+    agent = _agent(tokenizer, policy_mix=PolicyMix({"current": 0.5, "stale": 0.5}))
+    ended = []
+
+    def same_reply(_turn):   # every turn alike, so only the members' seeds tell them apart
+        return echo_reply(0)
+
+    async def go():
+        async with ControllerClient(fleet.url, start_jitter_s=0) as client:
+            rng = random.Random(5)
+            group = await play_group(client, ScriptedGenerator(tokenizer, same_reply), agent,
+                                     "echo", 2, group_id=9, group_size=3, rng=rng,
+                                     on_rollout=ended.append)
+            after = rng.getrandbits(32)
+            draws = random.Random(5)
+            seeds = [draws.getrandbits(32) for _ in range(3)]
+            assert after == draws.getrandbits(32)   # the group drew exactly its 3 seeds
+            alone = [await run_episode(client, ScriptedGenerator(tokenizer, same_reply), agent,
+                                       "echo", 2, group_id=9, member=m,
+                                       rng=random.Random(seeds[m])) for m in range(3)]
+            return group, alone
+
+    group, alone = asyncio.run(go())
+    assert [(r.group_id, r.member, r.index) for r in group] == [(9, 0, 2), (9, 1, 2), (9, 2, 2)]
+    assert sorted(r.member for r in ended) == [0, 1, 2]   # each handed over as it ended
+    for played, reference in zip(group, alone, strict=True):
+        assert played.status == SampleStatus.COMPLETED
+        np.testing.assert_array_equal(played.tokens, reference.tokens)
+        np.testing.assert_array_equal(played.policy_ids, reference.policy_ids)
+    assert len({tuple(r.policy_ids.tolist()) for r in group}) > 1   # the seeds differ
 
 
 def _dedupe(seq):
