@@ -34,7 +34,7 @@ LOCAL_ENGINE = dict(max_batch=32, page_size=16, num_pages=2048, max_context=4096
                     prefill_buckets=(128, 512, 2048), prefill_batch_buckets=(1, 4),
                     context_buckets=(1024, 2048), batch_buckets=(4, 8, 16), steps_per_sync=8,
                     in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True)
-LOCAL_LIMITS = dict(max_turns=8, max_context_tokens=4096, max_new_tokens=128)
+LOCAL_LIMITS = dict(max_turns=8, max_context_tokens=4096, max_new_tokens=320)
 
 
 def _resolved(config):
