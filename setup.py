@@ -69,6 +69,7 @@ EXTRAS_REQUIRE = {
         "pytest-timeout==2.4.0",
         "hypothesis==6.170.15",
         "ruff==0.17.5",
+        "mypy==1.19.1",
         "psutil==7.2.2",
         # AgentRL's own task-worker library (installed --no-deps by scripts/setup.sh) imports
         # these in the compatibility test.

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ml_collections
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def config_dict_from(source: Any, **overrides: Any) -> ml_collections.ConfigDict:
@@ -25,8 +28,8 @@ def config_dict_from(source: Any, **overrides: Any) -> ml_collections.ConfigDict
     The overrides go through the dataclass (`dataclasses.replace`), so an unknown field name or
     a value its validation refuses is an error here, where the config is written.
     """
-    instance = source() if isinstance(source, type) else source
-    if not dataclasses.is_dataclass(instance):
+    instance: Any = source() if isinstance(source, type) else source
+    if not dataclasses.is_dataclass(instance) or isinstance(instance, type):
         raise TypeError(f"{source!r} is not a dataclass or a dataclass instance")
     instance = dataclasses.replace(instance, **overrides)
     return ml_collections.ConfigDict(

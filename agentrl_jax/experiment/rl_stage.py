@@ -150,6 +150,7 @@ async def run_rl(
         driver = make_driver(training)
         start, book = training.start, training.bookkeeping
         if start is not None:
+            assert book is not None, "a restored checkpoint carries its bookkeeping"
             stream.set_state(book["stream_state"])
             dropped = metrics.truncate("rl", start)
             log.info("resumed RL from step %d (dropped %d records of lost steps)", start, dropped)

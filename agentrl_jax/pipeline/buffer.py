@@ -117,7 +117,8 @@ class TrajectoryBuffer:
         Groups whose lag exceeds `max_staleness`, and groups without a single trainable member,
         are discarded here (also counted in `stats`) and not returned.
         """
-        taken, discarded = [], 0
+        taken: list[list[Rollout]] = []
+        discarded = 0
         while self._ready and (max_groups is None or len(taken) < max_groups):
             group = self._ready.popleft()
             lag = self._group_lag(group, current_version)

@@ -213,7 +213,7 @@ class RolloutHub:
             return {**self.spec, "group_size": self.group_size}
 
         @app.post("/api/heartbeat")
-        async def heartbeat(request: Request) -> dict[str, Any]:
+        async def heartbeat(request: Request) -> dict[str, Any] | JSONResponse:
             body = await _json_object(request)
             worker_id = str(body.get("worker_id", ""))
             self._last_seen[worker_id] = time.monotonic()
@@ -253,7 +253,7 @@ class RolloutHub:
             return JSONResponse({"group_id": group_id, "task": task, "index": index})
 
         @app.post("/api/rollouts")
-        async def rollouts(request: Request) -> dict[str, int]:
+        async def rollouts(request: Request) -> dict[str, int] | JSONResponse:
             body = await _json_object(request)
             items = body.get("rollouts")
             if not isinstance(items, list):

@@ -49,6 +49,7 @@ from agentrl_jax.pipeline.admission import StalenessGate
 from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, rollout_metrics
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
+from agentrl_jax.pipeline.trainer_driver import TrainerDriver
 from agentrl_jax.pipeline.weight_sync import sync_weights
 from agentrl_jax.rl.train_step import Trainer, TrainState
 from agentrl_jax.rollout.agent_loop import AgentSpec, play_group
@@ -115,7 +116,7 @@ class RLPipeline:
         *,
         client: ControllerClient,
         engine: AsyncSamplingEngine | None,
-        trainer: Trainer,
+        trainer: Trainer | TrainerDriver,
         agent: AgentSpec,
         stream: TaskStream | curriculum.LearnabilityCurriculum,
         adv_config: ml_collections.ConfigDict,
@@ -165,6 +166,7 @@ class RLPipeline:
 
     async def _play_group(self, group_id: int, task: str, index) -> None:
         """Plays a group in process; each rollout goes to the buffer as its episode ends."""
+        assert self.engine is not None, "in-process groups need the pipeline's engine"
         await play_group(self.client, self.engine, self.agent, task, index, group_id=group_id,
                          group_size=self.config.group_size, rng=self._rng,
                          on_rollout=self.buffer.add)

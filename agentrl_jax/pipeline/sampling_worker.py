@@ -85,7 +85,7 @@ def adapter_spec(trainer: Trainer, base_model: str) -> dict[str, Any]:
     if trainer.lora is None:
         raise ValueError("adapter_spec needs a LoRA trainer (trainer.lora)")
     return {"base_model": str(base_model), "base_fingerprint": trainer.base_fingerprint,
-            **trainer.adapter_config()}
+            **(trainer.adapter_config() or {})}
 
 
 def adapter_model_from_spec(spec: dict[str, Any]) -> Decoder:

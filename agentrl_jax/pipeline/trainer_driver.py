@@ -118,9 +118,9 @@ def open_training(
     """
     trainer = Trainer(model, config.trainer, trainer_mesh, reference=reference)
     state = trainer.init_state(config.pipeline.seed)
-    base = dict(base_fingerprint=trainer.base_fingerprint,
-                adapter_config=trainer.adapter_config())
-    with CheckpointManager(checkpoint_dir, max_to_keep=config.checkpoint.keep, **base) as ckpt:
+    with CheckpointManager(checkpoint_dir, max_to_keep=config.checkpoint.keep,
+                           base_fingerprint=trainer.base_fingerprint,
+                           adapter_config=trainer.adapter_config()) as ckpt:
         start, book = ckpt.latest_step(), None
         if start is not None:
             state, book = ckpt.restore(state)
@@ -141,8 +141,9 @@ class ParamGather:
 
     def _fns(self, x: jax.Array) -> tuple[Callable, Callable]:
         key = x.sharding
+        assert isinstance(key, NamedSharding), "trainer arrays are placed on a mesh"
         if key not in self._whole:
-            replicated = NamedSharding(x.sharding.mesh, PartitionSpec())
+            replicated = NamedSharding(key.mesh, PartitionSpec())
             self._whole[key] = jax.jit(lambda a: a, out_shardings=replicated)
             self._layer[key] = jax.jit(
                 lambda a, i: jax.lax.dynamic_index_in_dim(a, i, keepdims=False),

@@ -22,13 +22,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 
 from agentrl_jax.pipeline.rollout_hub import RolloutHub
 from agentrl_jax.rl.train_step import Trainer, TrainState
+
+if TYPE_CHECKING:  # trainer_driver imports this module
+    from agentrl_jax.pipeline.trainer_driver import TrainerDriver
 from agentrl_jax.rollout.cross_policy import STALE_POLICY, TRAINED_POLICY
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from agentrl_jax.sampling.weights import Weights, weights_of
@@ -83,7 +86,7 @@ async def deliver(receive: Receiver, policy: str, update: WeightUpdate,
         f"confirmed after {attempts} attempts; the sampler serves {served}")
 
 
-def snapshot(trainer: Trainer, state: TrainState):
+def snapshot(trainer: Trainer | TrainerDriver, state: TrainState):
     """A copy of what the sampler needs, independent of donated buffers: the sampler-layout
     weights, or with LoRA the adapter tree alone."""
     if trainer.lora is not None:
@@ -93,7 +96,7 @@ def snapshot(trainer: Trainer, state: TrainState):
 
 async def sync_weights(
     engine: AsyncSamplingEngine | None,
-    trainer: Trainer,
+    trainer: Trainer | TrainerDriver,
     state: TrainState,
     version: int,
     *,
