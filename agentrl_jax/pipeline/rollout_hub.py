@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
 from agentrl_jax.pipeline.wire_format import rollout_from_json, weights_to_bytes
@@ -213,7 +213,7 @@ class RolloutHub:
             return {**self.spec, "group_size": self.group_size}
 
         @app.post("/api/heartbeat")
-        async def heartbeat(request: Request) -> dict[str, Any] | JSONResponse:
+        async def heartbeat(request: Request) -> dict[str, Any]:
             body = await _json_object(request)
             worker_id = str(body.get("worker_id", ""))
             self._last_seen[worker_id] = time.monotonic()
@@ -223,8 +223,8 @@ class RolloutHub:
                     self._serving[worker_id] = {str(p): (int(v), str(c))
                                                 for p, (v, c) in serving.items()}
                 except (TypeError, ValueError):
-                    return JSONResponse({"detail": "'serving' maps policy -> [version, "
-                                                   "checksum]"}, 422)
+                    raise HTTPException(422, "'serving' maps policy -> [version, checksum]"
+                                        ) from None
             return {"versions": self.versions}
 
         @app.get("/api/weights")
@@ -253,15 +253,15 @@ class RolloutHub:
             return JSONResponse({"group_id": group_id, "task": task, "index": index})
 
         @app.post("/api/rollouts")
-        async def rollouts(request: Request) -> dict[str, int] | JSONResponse:
+        async def rollouts(request: Request) -> dict[str, int]:
             body = await _json_object(request)
             items = body.get("rollouts")
             if not isinstance(items, list):
-                return JSONResponse({"detail": "'rollouts' must be a list"}, 422)
+                raise HTTPException(422, "'rollouts' must be a list")
             try:
                 parsed = [rollout_from_json(item) for item in items]
             except (KeyError, TypeError, ValueError) as error:
-                return JSONResponse({"detail": f"malformed rollout: {error}"}, 422)
+                raise HTTPException(422, f"malformed rollout: {error}") from None
             for rollout in parsed:
                 self._deliver(rollout)
             return {"accepted": len(parsed)}
