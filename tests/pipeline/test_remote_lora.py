@@ -38,17 +38,11 @@ from agentrl_jax.sampling import (
     EngineConfig,
     GenerateRequest,
     SamplingEngine,
-    SamplingParams,
 )
 from agentrl_jax.sampling.weights import weights_of
 from agentrl_jax.tree_digest import tree_digest
 from tests.support.pipeline_stack import pipeline_configs
-
-ENGINE = EngineConfig(max_batch=2, page_size=4, num_pages=32, max_context=32,
-                      prefill_buckets=(8,), context_buckets=(16,), batch_buckets=(1,),
-                      steps_per_sync=2)
-GREEDY = SamplingParams(temperature=0.0, max_new_tokens=4)
-PROMPT = [3, 14, 15, 92, 65]
+from tests.support.tiny_engine import ENGINE, GREEDY, PROMPT
 
 
 def _save_base(directory, seed=0, **overrides):
