@@ -30,7 +30,6 @@ from agentrl_jax.pipeline.sampling_worker import (
     make_spec,
 )
 from agentrl_jax.rl import advantages
-from agentrl_jax.rl import batch as batch_lib
 from agentrl_jax.rl import train_step as ts
 from agentrl_jax.rollout.agent_loop import AgentSpec
 from agentrl_jax.sampling import (
@@ -42,7 +41,7 @@ from agentrl_jax.sampling import (
 from agentrl_jax.sampling.weights import weights_of
 from agentrl_jax.tree_digest import tree_digest
 from tests.support.pipeline_stack import pipeline_configs
-from tests.support.tiny_engine import ENGINE, GREEDY, PROMPT
+from tests.support.tiny_engine import ENGINE, GREEDY, PROMPT, trained_state
 
 
 def _save_base(directory, seed=0, **overrides):
@@ -65,17 +64,6 @@ def _trainer(source, **lora_options):
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(1, 2, 2), ("data", "fsdp", "tensor"))
     return ts.Trainer(load_hf(source), c, mesh)
 
-
-def _trained_state(trainer, steps=2):
-    rng = np.random.default_rng(0)
-    trajs = [batch_lib.Trajectory(tokens=rng.integers(0, 128, 12), loss_mask=np.ones(12),
-                                  behaviour_logprobs=np.full(12, -4.0), advantage=1.0)
-             for _ in range(4)]
-    micro, n = batch_lib.pack(trajs, (16,), 64, 2)
-    state = trainer.init_state()
-    for _ in range(steps):
-        state, _ = trainer.step(state, micro, n)
-    return state
 
 
 async def _no_claims():
@@ -127,7 +115,7 @@ class FaultyTransport(httpx.AsyncBaseTransport):
 
 def test_worker_serves_the_trainers_adapters_over_its_own_base(base_dir):
     trainer = _trainer(base_dir)
-    state = _trained_state(trainer)
+    state = trained_state(trainer)
     adapters = jax.device_get(state.params)
     hub = _publishing_hub(_spec(trainer, base_dir))
 
@@ -174,7 +162,7 @@ def test_worker_serves_the_trainers_adapters_over_its_own_base(base_dir):
 
 def test_lost_and_corrupted_downloads_are_detected_and_fetched_again(base_dir):
     trainer = _trainer(base_dir)
-    state = _trained_state(trainer)
+    state = trained_state(trainer)
     update = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state))
     hub = _publishing_hub(_spec(trainer, base_dir))
 

@@ -12,7 +12,6 @@ from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.pipeline import weight_sync
-from agentrl_jax.rl import batch as batch_lib
 from agentrl_jax.rl import train_step as ts
 from agentrl_jax.sampling import (
     AsyncSamplingEngine,
@@ -21,7 +20,7 @@ from agentrl_jax.sampling import (
 )
 from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine
 from agentrl_jax.sampling.weights import weights_of
-from tests.support.tiny_engine import ENGINE, GREEDY, PROMPT
+from tests.support.tiny_engine import ENGINE, GREEDY, PROMPT, trained_state
 
 
 def _trainer():
@@ -33,17 +32,6 @@ def _trainer():
     return ts.Trainer(model, c, make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4]))
 
 
-def _trained_state(trainer):
-    rng = np.random.default_rng(0)
-    trajs = [batch_lib.Trajectory(tokens=rng.integers(0, 128, 12), loss_mask=np.ones(12),
-                                  behaviour_logprobs=np.full(12, -4.0), advantage=1.0)
-             for _ in range(4)]
-    micro, n = batch_lib.pack(trajs, (16,), 64, 2)
-    state = trainer.init_state()
-    for _ in range(2):
-        state, _ = trainer.step(state, micro, n)
-    return state
-
 
 def _engine(trainer):
     model = trainer.model_view()
@@ -52,7 +40,7 @@ def _engine(trainer):
 
 def test_sync_sends_only_adapters_and_the_sampler_serves_the_trained_policy():
     trainer = _trainer()
-    state = _trained_state(trainer)
+    state = trained_state(trainer)
     update = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state))
     full = weight_sync.WeightUpdate.of(1, weights_of(trainer.model(state.params)))
     assert set(update.weights) == {"layers"}
@@ -95,7 +83,7 @@ class FaultyTransport:
 
 def test_lost_and_corrupted_updates_are_detected_and_retried():
     trainer = _trainer()
-    state = _trained_state(trainer)
+    state = trained_state(trainer)
     update = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state))
 
     async def main():
