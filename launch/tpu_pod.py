@@ -14,10 +14,13 @@ host and any free port). On one machine, without these flags, the run is one pro
 Steps, on every process unless marked:
   1. `jax.distributed.initialize` (multi-host; before any JAX computation)
   2. meshes: the sampler mesh, `mesh.sampler_devices` of process 0's local devices (tensor
-     parallel), and the trainer mesh, every other device (`mesh.trainer`: data × fsdp × tensor)
+     parallel; on every other process `mesh.sampler_devices_per_host` of its own, default 0),
+     and the trainer mesh, every other device (`mesh.trainer`: data × fsdp × tensor)
   3. the policy from the HF directory `model.path`, sharded onto the trainer mesh (and, when the
-     loss has a KL term, a frozen bf16 reference beside it); process 0 loads a second copy
-     onto its sampler mesh
+     loss has a KL term, a frozen bf16 reference beside it); each process with sampler devices
+     loads a second copy onto them (a follower's sampler claims groups from process 0's rollout
+     hub, whose URL process 0 sends first, and takes its weights from the trainer's gather:
+     `pipeline.host_sampler`)
   4. RL through the controller at `env.controller_url` (required; an AgentRL controller or
      `launch.env_fleet`), checkpointed to `run_dir/checkpoints` (a local path or a bucket URL;
      on several hosts it must be storage every host reaches); a restarted run resumes there
