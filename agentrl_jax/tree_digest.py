@@ -42,6 +42,26 @@ def tree_digest(tree: Any) -> str:
     return h.hexdigest()
 
 
+def layered_digest(tree: Any) -> str:
+    """`tree_digest` of `tree` with each list leaf (a stacked parameter as `ParamGather` leaves
+    it: one array per layer) stacked, computed one layer at a time without stacking: the
+    checksum a sampler that received its weights layer by layer reports for the weights the
+    trainer published whole."""
+    h = hashlib.sha256()
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, list))[0]
+    for path, leaf in sorted(((jax.tree_util.keystr(p), x) for p, x in leaves),
+                             key=lambda kv: kv[0]):
+        parts = leaf if isinstance(leaf, list) else [leaf]
+        first = parts[0]
+        dtype = np.dtype(first.dtype)
+        shape = (len(parts), *first.shape) if isinstance(leaf, list) else tuple(first.shape)
+        h.update(path.encode())
+        h.update(f"|{dtype.str}|{shape}|".encode())
+        for part in parts:
+            h.update(np.ascontiguousarray(np.asarray(jax.device_get(part))).tobytes())
+    return h.hexdigest()
+
+
 def tree_fingerprint(tree: Any) -> str:
     """Hex fingerprint of `tree`'s arrays with their paths, independent of their sharding.
 

@@ -98,6 +98,13 @@ MEANINGS: dict[str, str] = {
     # mesh
     "mesh.sampler_devices": "process 0's first local devices that run the sampling engine "
                             "(tensor parallel); the rest train",
+    "mesh.sampler_devices_per_host": "every other process's first local devices that run a "
+                                     "sampler of their own (claiming groups from process 0's "
+                                     "rollout hub); 0 = they only train",
+    "mesh.weight_transfer": 'how those samplers get each weight version: "device" (gathered '
+                            'layers placed device to device) or "host" (through host memory)',
+    "mesh.hub_host": "where process 0's rollout hub for those samplers listens; \"\" = all "
+                     "interfaces, reached by process 0's host name",
     "mesh.trainer.data": "trainer mesh: data-parallel axis size (-1 = the remaining devices)",
     "mesh.trainer.fsdp": "trainer mesh: fully-sharded axis size (-1 = the remaining devices)",
     "mesh.trainer.tensor": "trainer mesh: tensor-parallel axis size",

@@ -14,10 +14,13 @@ host and any free port). On one machine, without these flags, the run is one pro
 Steps, on every process unless marked:
   1. `jax.distributed.initialize` (multi-host; before any JAX computation)
   2. meshes: the sampler mesh, `mesh.sampler_devices` of process 0's local devices (tensor
-     parallel), and the trainer mesh, every other device (`mesh.trainer`: data × fsdp × tensor)
+     parallel; on every other process `mesh.sampler_devices_per_host` of its own, default 0),
+     and the trainer mesh, every other device (`mesh.trainer`: data × fsdp × tensor)
   3. the policy from the HF directory `model.path`, sharded onto the trainer mesh (and, when the
-     loss has a KL term, a frozen bf16 reference beside it); process 0 loads a second copy
-     onto its sampler mesh
+     loss has a KL term, a frozen bf16 reference beside it); each process with sampler devices
+     loads a second copy onto them (a follower's sampler claims groups from process 0's rollout
+     hub, whose URL process 0 sends first, and takes its weights from the trainer's gather:
+     `pipeline.host_sampler`)
   4. RL through the controller at `env.controller_url` (required; an AgentRL controller or
      `launch.env_fleet`), checkpointed to `run_dir/checkpoints` (a local path or a bucket URL;
      on several hosts it must be storage every host reaches); a restarted run resumes there
@@ -36,10 +39,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
 import logging
 import os
 import pathlib
 import shutil
+import socket
 import sys
 from typing import Any
 
@@ -60,11 +65,16 @@ from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.hf_io import load_hf, save_hf
 from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.pipeline import multihost
-from agentrl_jax.pipeline.trainer_driver import MultiHostDriver, TrainerDriver
+from agentrl_jax.pipeline.host_sampler import HostSampler
+from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
+from agentrl_jax.pipeline.sampling_worker import make_spec
+from agentrl_jax.pipeline.trainer_driver import MultiHostDriver, TrainerDriver, onto
 from agentrl_jax.rl.train_step import TrainState
+from agentrl_jax.sampling import weights as weights_lib
 from environments.registry import task_key
 
 log = logging.getLogger("launch.tpu_pod")
+SETUP = "setup"  # the leader's first message when the followers sample: the hub's URL
 FLAGS = flags.FLAGS
 
 
@@ -107,6 +117,14 @@ def check_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError("run_dir is empty")
     if int(config.mesh.sampler_devices) < 1:
         raise ValueError("mesh.sampler_devices must be at least 1")
+    if int(config.mesh.sampler_devices_per_host) < 0:
+        raise ValueError("mesh.sampler_devices_per_host must be 0 or more")
+    if config.mesh.weight_transfer not in ("device", "host"):
+        raise ValueError(f"mesh.weight_transfer must be device or host, not "
+                         f"{config.mesh.weight_transfer!r}")
+    if int(config.mesh.sampler_devices_per_host) and config.rl.trainer.lora.enabled:
+        raise ValueError("mesh.sampler_devices_per_host > 0 takes full weights: not with LoRA "
+                         "yet (set it to 0)")
     if config.rl.pipeline.mode != "async" and config.rl.pipeline.mode != "sync":
         raise ValueError(f"rl.pipeline.mode must be async or sync, not {config.rl.pipeline.mode}")
 
@@ -126,25 +144,38 @@ def log_dir_of(config: ml_collections.ConfigDict) -> pathlib.Path:
 @dataclasses.dataclass
 class Layout:
     trainer: Mesh  # global: every process holds some of its devices
-    sampler: Mesh | None  # process-local to process 0; None on the others
+    sampler: Mesh | None  # this process's own sampler devices; None where it has none
+
+
+def sampler_count(mesh_config: ml_collections.ConfigDict, process: int) -> int:
+    """How many of `process`'s own devices sample: `mesh.sampler_devices` on the leader,
+    `mesh.sampler_devices_per_host` (0: it only trains) on every other process."""
+    if process == multihost.LEADER:
+        return int(mesh_config.sampler_devices)
+    return int(mesh_config.sampler_devices_per_host)
 
 
 def build_layout(mesh_config: ml_collections.ConfigDict) -> Layout:
-    """Splits the devices: the sampler takes the first `sampler_devices` of process 0's own
-    devices, the trainer every other device of every process."""
-    leader_devices = [d for d in jax.devices() if d.process_index == multihost.LEADER]
-    n = int(mesh_config.sampler_devices)
-    if not 0 < n < len(leader_devices):
-        raise ValueError(
-            f"mesh.sampler_devices={n}: process 0 has {len(leader_devices)} devices and must "
-            "keep at least one for the trainer (it takes part in every train step)")
-    sampler_devices = leader_devices[:n]
+    """Splits the devices: each process's sampler takes the first `sampler_count` of its own
+    devices (one tensor-parallel replica), the trainer every other device of every process."""
+    sampler_devices = []
+    for process in range(jax.process_count()):
+        own = [d for d in jax.devices() if d.process_index == process]
+        n = sampler_count(mesh_config, process)
+        if process == multihost.LEADER and not 0 < n < len(own):
+            raise ValueError(
+                f"mesh.sampler_devices={n}: process 0 has {len(own)} devices and must keep at "
+                "least one for the trainer (it takes part in every train step)")
+        if n >= len(own):
+            raise ValueError(
+                f"mesh.sampler_devices_per_host={n}: process {process} has {len(own)} devices "
+                "and must keep at least one for the trainer (it takes part in every train step)")
+        sampler_devices += own[:n]
     trainer_devices = [d for d in jax.devices() if d not in sampler_devices]
     t = mesh_config.trainer
     trainer = make_mesh(data=t.data, fsdp=t.fsdp, tensor=t.tensor, devices=trainer_devices)
-    sampler = None
-    if multihost.is_leader():
-        sampler = make_mesh(data=1, fsdp=1, tensor=n, devices=sampler_devices)
+    mine = [d for d in sampler_devices if d.process_index == jax.process_index()]
+    sampler = make_mesh(data=1, fsdp=1, tensor=len(mine), devices=mine) if mine else None
     return Layout(trainer=trainer, sampler=sampler)
 
 
@@ -206,10 +237,50 @@ def copy_files(local: pathlib.Path, url: str) -> None:
             (destination / path.name).write_bytes(path.read_bytes())
 
 
+def samplers_on_followers(config: ml_collections.ConfigDict) -> bool:
+    """Whether the followers sample too (then the leader runs a rollout hub for them)."""
+    return jax.process_count() > 1 and int(config.mesh.sampler_devices_per_host) > 0
+
+
+def load_sampler_policy(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
+                        mesh: Mesh, tokenizer: Any) -> policy_lib.Policy:
+    """The sampler's own copy, on its own devices: parameters as the trainer's (so weight
+    updates keep shapes and dtypes, hence compile nothing), compute in `model.dtype`."""
+    model = load_hf(policy_dir, mesh=mesh,
+                    **({"dtype": _dtype(config.model.dtype)} if config.model.dtype else {}))
+    return policy_lib.Policy(model, tokenizer, config.model.parser)
+
+
+def hub_settings(config: ml_collections.ConfigDict, policy: policy_lib.Policy, engine,
+                 policy_dir: pathlib.Path) -> HubSettings:
+    """What the leader's rollout hub serves the followers' samplers."""
+    spec = make_spec(policy.model.cfg, str(policy_dir), config.env.controller_url,
+                     engine.engine.config,
+                     rl_stage.agent_spec(config.rl, policy, config.rl.pipeline.stale_policy_ratio))
+    return HubSettings(spec)
+
+
+def hub_starter(config: ml_collections.ConfigDict, channel: multihost.Channel):
+    """Starts the pipeline's hub on its event loop and sends the followers its URL as they
+    reach it (`mesh.hub_host`, default this host's name): the set-up message."""
+
+    async def start(hub: RolloutHub) -> None:
+        bind = config.mesh.hub_host or "0.0.0.0"
+        url = await hub.start(host=bind)
+        if not config.mesh.hub_host:
+            url = url.replace(f"//{bind}:", f"//{socket.getfqdn()}:")
+        channel.send(SETUP, {"hub": url})
+
+    return start
+
+
 async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
                model: Decoder, reference: Decoder | None,
-               make_driver: rl_stage.DriverFactory) -> rl_stage.RLResult:
-    """Process 0: sampler, controller, the RL pipeline, evaluation and export."""
+               make_driver: rl_stage.DriverFactory,
+               channel: multihost.Channel | None = None) -> rl_stage.RLResult:
+    """Process 0: sampler, controller, the RL pipeline, evaluation and export; with samplers
+    on the followers, their rollout hub, whose URL goes to them over `channel` (the set-up
+    message) and whose record is written to `log_dir/rollout_hub.json` at the end."""
     log_dir = log_dir_of(config)
     log_dir.mkdir(parents=True, exist_ok=True)
     (log_dir / "config.json").write_text(config.to_json(indent=1, sort_keys=True))
@@ -218,13 +289,13 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
 
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     policy = policy_lib.Policy(model, tokenizer, config.model.parser)
-    # The sampler's own copy, on its own devices: parameters as the trainer's (so weight
-    # updates keep shapes and dtypes, hence compile nothing), compute in `model.dtype`.
-    sampler_model = load_hf(policy_dir, mesh=layout.sampler,
-                            **({"dtype": _dtype(config.model.dtype)} if config.model.dtype else {}))
-    sampler_policy = policy_lib.Policy(sampler_model, tokenizer, config.model.parser)
+    sampler_policy = load_sampler_policy(config, policy_dir, layout.sampler, tokenizer)
     try:
         with rl_stage.make_engine(config.rl, sampler_policy, mesh=layout.sampler) as engine:
+            remote = start_hub = None
+            if samplers_on_followers(config):
+                remote = hub_settings(config, policy, engine, policy_dir)
+                start_hub = hub_starter(config, channel)
             async with ControllerClient(config.env.controller_url) as client:
                 if config.eval.before_rl:
                     await evaluate(config, policy, engine, client, "eval_before", log_dir,
@@ -245,7 +316,10 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
                     config.rl, policy=policy, engine=engine, trainer_mesh=layout.trainer,
                     client=client, task_indices=tasks, run_dir=config.run_dir,
                     metrics=metrics, on_step=on_step, reference=reference,
-                    make_driver=make_driver)
+                    make_driver=make_driver, remote=remote, start_hub=start_hub)
+                if result.hub is not None:
+                    (log_dir / "rollout_hub.json").write_text(
+                        json.dumps(result.hub.report(), indent=1))
                 if config.eval.after_rl:
                     await evaluate(config, policy, engine, client, "eval_after", log_dir,
                                    metrics, config.rl.pipeline.steps)
@@ -256,6 +330,53 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
     if is_url(config.run_dir):
         copy_files(log_dir, os.path.join(config.run_dir, "logs"))
     return result
+
+
+# ----------------------------------------------------------------------------- followers
+
+
+def follow(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
+           model: Decoder, reference: Decoder | None,
+           channel: multihost.Channel) -> TrainState:
+    """A follower: trains with the leader (`rl_stage.follow_rl`); with sampler devices of its
+    own, also samples there (`pipeline.host_sampler`), claiming groups from the leader's hub
+    (its URL comes with the set-up message) and installing the weights it gathers with the
+    trainer, device to device (`mesh.weight_transfer="device"`) or through host memory."""
+    samplers: list[HostSampler] = []
+    place = start = None
+    if samplers_on_followers(config):
+        from transformers import AutoTokenizer
+
+        sampler_policy = load_sampler_policy(config, policy_dir, layout.sampler,
+                                             AutoTokenizer.from_pretrained(policy_dir))
+        engine = rl_stage.make_engine(config.rl, sampler_policy, mesh=layout.sampler)
+        device = config.mesh.weight_transfer == "device"
+        if device:
+            place = onto(weights_lib.weight_shardings(sampler_policy.model, layout.sampler))
+
+        def start():  # once the trainer is set up: the leader's hub is up and sends its URL
+            setup = channel.receive()
+            if setup.kind != SETUP:
+                raise RuntimeError(f"expected the leader's {SETUP!r} message, got "
+                                   f"{setup.kind!r}")
+            sampler = HostSampler(
+                setup.meta["hub"], engine, device=device,
+                worker_id=f"process{jax.process_index()}",
+                concurrency=max(1, int(config.rl.engine.max_batch)
+                                // int(config.rl.pipeline.group_size)),
+                seed=int(config.seed) + jax.process_index())
+            sampler.start()
+            samplers.append(sampler)
+            return sampler.receive
+
+    make_driver = functools.partial(MultiHostDriver, channel=channel, place=place)
+    try:
+        return rl_stage.follow_rl(config.rl, model=model, trainer_mesh=layout.trainer,
+                                  run_dir=config.run_dir, make_driver=make_driver,
+                                  reference=reference, sampler=start)
+    finally:
+        for sampler in samplers:
+            sampler.stop()
 
 
 # ----------------------------------------------------------------------------- the job
@@ -269,14 +390,14 @@ def run(config: ml_collections.ConfigDict) -> TrainState:
     policy_dir = policy_lib.pretrained_dir(config.model)
     model, reference = load_trainer_models(config, policy_dir, layout.trainer)
     make_driver: rl_stage.DriverFactory = TrainerDriver
+    channel = None
     if jax.process_count() > 1:
         channel = multihost.Channel(layout.trainer.devices.flat)
         make_driver = functools.partial(MultiHostDriver, channel=channel)
     if not multihost.is_leader():
-        return rl_stage.follow_rl(config.rl, model=model, trainer_mesh=layout.trainer,
-                                  run_dir=config.run_dir, make_driver=make_driver,
-                                  reference=reference)
-    result = asyncio.run(lead(config, layout, policy_dir, model, reference, make_driver))
+        return follow(config, layout, policy_dir, model, reference, channel)
+    result = asyncio.run(lead(config, layout, policy_dir, model, reference, make_driver,
+                              channel))
     result.driver.done()  # the followers return (they waited for evaluation and export)
     return result.state
 

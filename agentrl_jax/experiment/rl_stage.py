@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -32,6 +32,7 @@ from agentrl_jax.experiment.policy import Policy
 from agentrl_jax.models import lora
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline import curriculum, runner
+from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
 from agentrl_jax.pipeline.trainer_driver import (
     MultiHostDriver,
     TrainerDriver,
@@ -114,6 +115,7 @@ class RLResult:
     state: train_step.TrainState
     driver: TrainerDriver  # `done()` once this process's evaluation and export are over
     resumed_from: int | None
+    hub: RolloutHub | None = None  # the out-of-process samplers' hub (stopped), when remote
 
 
 def checkpoint_dir(run_dir: str | os.PathLike) -> str:
@@ -134,12 +136,17 @@ async def run_rl(
     on_step: Callable[[runner.StepReport], None] | None = None,
     reference: Decoder | None = None,
     make_driver: DriverFactory = TrainerDriver,
+    remote: HubSettings | None = None,
+    start_hub: Callable[[RolloutHub], Awaitable[None]] | None = None,
 ) -> RLResult:
     """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`.
 
     `reference`: the frozen model of the KL term (`trainer.loss.kl_coef`). `make_driver`: the
     `TrainerDriver` over the opened training (default this process alone; on several hosts
-    `MultiHostDriver`, whose followers run `follow_rl`).
+    `MultiHostDriver`, whose followers run `follow_rl`). `remote`: serve out-of-process
+    samplers (the followers' own, on several hosts) through the pipeline's rollout hub, which
+    `start_hub(hub)` starts (and tells them of) before the first step; it is stopped at the end
+    and handed out in the result.
     """
     check_context_fits_training(config)
     pcfg = config.pipeline
@@ -167,14 +174,20 @@ async def run_rl(
             pcfg, client=client, engine=engine, trainer=driver,
             agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
             adv_config=config.advantages, on_step=checkpoint_and_log, bookkeeping=book,
-            weights_fn=driver.weights)
-        state = await pipeline.run(training.state, start_step=start or 0)
+            remote=remote, weights_fn=driver.weights)
+        if pipeline.hub is not None and start_hub is not None:
+            await start_hub(pipeline.hub)
+        try:
+            state = await pipeline.run(training.state, start_step=start or 0)
+        finally:
+            if pipeline.hub is not None:
+                await pipeline.hub.stop()
         params = driver.finish(state)
     # The trained weights back into the policy's model, for evaluation and export.
     from flax import nnx
 
     nnx.update(policy.model, nnx.state(lora.merged(driver.model(params))))
-    return RLResult(state, driver, start)
+    return RLResult(state, driver, start, pipeline.hub)
 
 
 def follow_rl(
@@ -185,11 +198,15 @@ def follow_rl(
     run_dir: str | os.PathLike,
     make_driver: Callable[[Training], MultiHostDriver],
     reference: Decoder | None = None,
+    sampler: Callable[[], Callable[[Any, int | None], None]] | None = None,
 ) -> train_step.TrainState:
     """A follower's side of `run_rl` on several hosts: the same training set-up (so the same
     trainer-mesh calls in the same order), then the driver's `serve` until the leader is done.
-    Returns this process's final state (its shards)."""
+    `sampler()`: starts the sampler on this process's chips once the trainer is set up (the
+    leader's hub starts then) and returns what takes each gathered weight version
+    (`MultiHostDriver.serve(on_weights=...)`). Returns this process's final state (its shards)."""
     check_context_fits_training(config)
     with open_training(config, model=model, trainer_mesh=trainer_mesh,
                        checkpoint_dir=checkpoint_dir(run_dir), reference=reference) as training:
-        return make_driver(training).serve(training.state)
+        driver = make_driver(training)
+        return driver.serve(training.state, None if sampler is None else sampler())

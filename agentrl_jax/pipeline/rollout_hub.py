@@ -93,6 +93,7 @@ class RolloutHub:
         self._leases: dict[int, _Lease] = {}
         self.lost_workers: list[str] = []
         self.claims_by_worker: dict[str, int] = {}
+        self.groups_by_worker: dict[str, list[int]] = {}  # the group ids each worker claimed
         self.app = self._make_app()
         self._server: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task] = []
@@ -123,6 +124,21 @@ class RolloutHub:
     def served(self, worker_id: str) -> dict[str, tuple[int, str]]:
         """policy -> (version, checksum) that `worker_id` last reported serving."""
         return dict(self._serving.get(worker_id, {}))
+
+    def published(self, policy: str, version: int) -> str | None:
+        """The checksum published for `policy` at `version` (None: never published)."""
+        return self._published.get((policy, version))
+
+    def report(self) -> dict[str, Any]:
+        """Per worker seen: the group ids it claimed, and per policy the (version, checksum)
+        it last reported serving with the checksum published for that version (JSON-able)."""
+        workers = set(self._serving) | set(self.groups_by_worker)
+        return {w: {"groups": list(self.groups_by_worker.get(w, [])),
+                    "dropped": w in self.dropped_workers,
+                    "serving": {p: {"version": v, "checksum": c,
+                                    "published": self.published(p, v)}
+                                for p, (v, c) in self._serving.get(w, {}).items()}}
+                for w in sorted(workers)}
 
     def _unverified(self, worker_id: str) -> list[str]:
         """The policies the worker serves under a checksum other than the one published."""
@@ -250,6 +266,7 @@ class RolloutHub:
             group_id, task, index = claimed
             self._leases[group_id] = _Lease(worker_id, task, index)
             self.claims_by_worker[worker_id] = self.claims_by_worker.get(worker_id, 0) + 1
+            self.groups_by_worker.setdefault(worker_id, []).append(group_id)
             return JSONResponse({"group_id": group_id, "task": task, "index": index})
 
         @app.post("/api/rollouts")

@@ -123,11 +123,12 @@ class RLPipeline:
         on_step: StepCallback | None = None,
         bookkeeping: dict[str, Any] | None = None,
         remote: HubSettings | None = None,
-        weights_fn: Callable[[TrainState], Any] | None = None,
+        weights_fn: Callable[[TrainState, int], Any] | None = None,
     ):
         """`remote`: serve out-of-process sampling workers through a hub built here
         (`self.hub`); the caller starts it before `run` and stops it after.
-        `weights_fn(state)`: the sampler-layout weights of a state (run in a worker thread);
+        `weights_fn(state, version)`: the sampler-layout weights of a state, to be served as
+        weight `version` (run in a worker thread);
         default a device copy (`weight_sync.snapshot`)."""
         self.config = config
         self.client, self.engine, self.trainer = client, engine, trainer
@@ -245,7 +246,7 @@ class RLPipeline:
                             stale_every: int | None) -> list[str]:
         weights = None
         if self.weights_fn is not None:
-            weights = await asyncio.to_thread(self.weights_fn, state)
+            weights = await asyncio.to_thread(self.weights_fn, state, version)
         return await sync_weights(self.engine, self.trainer, state, version,
                                   stale_every=stale_every, hub=self.hub, weights=weights)
 

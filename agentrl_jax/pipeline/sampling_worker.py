@@ -213,8 +213,9 @@ class SamplingWorker:
         return version, checksum, weights
 
     async def _update(self, hub: httpx.AsyncClient, engine: AsyncSamplingEngine,
-                      policy: str) -> bool:
-        """Fetches `policy`'s newest version and serves it once verified; True if it does."""
+                      policy: str, version: int) -> bool:
+        """Fetches `policy`'s newest version (the hub named `version`) and serves it once
+        verified; True if it does."""
         for attempt in range(1, FETCH_ATTEMPTS + 1):
             try:
                 version, checksum, weights = await self._fetch(hub, policy)
@@ -243,7 +244,7 @@ class SamplingWorker:
             "serving": {p: list(vc) for p, vc in self._served.items()}})).json()
         for policy, version in reply["versions"].items():
             if self._served.get(policy, (None,))[0] != version:
-                await self._update(hub, engine, policy)
+                await self._update(hub, engine, policy, version)
 
     async def _heartbeat_forever(self, hub, engine) -> None:
         while True:
@@ -253,9 +254,13 @@ class SamplingWorker:
             except httpx.TransportError as error:
                 log.warning("hub unreachable: %r", error)
 
+    async def ready(self, hub: httpx.AsyncClient, engine: AsyncSamplingEngine) -> bool:
+        """Whether to claim a group now: once some current weights are verified."""
+        return TRAINED_POLICY in self._served
+
     async def _claim_loop(self, hub, client, engine, agent, group_size: int) -> None:
         while True:
-            if TRAINED_POLICY not in self._served:  # nothing verified to sample with yet
+            if not await self.ready(hub, engine):  # nothing verified to sample with yet
                 await asyncio.sleep(0.2)
                 continue
             response = await hub.post("/claim", json={"worker_id": self.worker_id})

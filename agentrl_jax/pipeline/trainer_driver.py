@@ -216,9 +216,9 @@ class TrainerDriver:
         """One optimizer step; `state` is consumed (donated)."""
         return self._do_step(state, micro_batches, num_loss_tokens)
 
-    def weights(self, state: TrainState) -> Weights:
-        """What the samplers serve of `state`: sampler-layout weights, with LoRA the adapters;
-        independent of `state`'s buffers, which the next step donates."""
+    def weights(self, state: TrainState, version: int | None = None) -> Weights:
+        """What the samplers serve of `state` (as weight `version`): sampler-layout weights,
+        with LoRA the adapters; independent of `state`'s buffers, which the next step donates."""
         return snapshot(self._trainer, state)
 
     def save(self, step: int, state: TrainState, *, bookkeeping: dict[str, Any]) -> None:
@@ -265,9 +265,10 @@ class MultiHostDriver(TrainerDriver):
                        multihost.batch_arrays(micro_batches))
         return self._do_step(state, micro_batches, num_loss_tokens)
 
-    def weights(self, state: TrainState) -> Any:
-        """The gathered weights in this process's `place` (default host memory)."""
-        self._announce("weights")
+    def weights(self, state: TrainState, version: int | None = None) -> Any:
+        """The gathered weights in this process's `place` (default host memory); `version`
+        travels to the followers' `on_weights`."""
+        self._announce("weights", {"version": version})
         return self._do_weights(state, keep=True)
 
     def save(self, step, state, *, bookkeeping):
@@ -287,12 +288,13 @@ class MultiHostDriver(TrainerDriver):
     # ---- followers ------------------------------------------------------------------------
 
     def serve(self, state: TrainState,
-              on_weights: Callable[[Any], None] | None = None) -> TrainState:
+              on_weights: Callable[[Any, int | None], None] | None = None) -> TrainState:
         """A follower's loop: performs what the leader announces, until `finish` (after which
         it gathers the final parameters with the leader) and then `done`.
 
-        `on_weights(placed)` receives this process's gathered weights of each `weights` call
-        (a sampler on this process's chips); without it the gather keeps nothing.
+        `on_weights(placed, version)` receives this process's gathered weights of each
+        `weights` call and the weight version the leader named (a sampler on this process's
+        chips); without it the gather keeps nothing.
         """
         while True:
             message = self._channel.receive()
@@ -302,7 +304,7 @@ class MultiHostDriver(TrainerDriver):
             elif message.kind == "weights":
                 placed = self._do_weights(state, keep=on_weights is not None)
                 if on_weights is not None:
-                    on_weights(placed)
+                    on_weights(placed, message.meta.get("version"))
             elif message.kind == "save":
                 self._do_save(message.meta["step"], state, message.meta["bookkeeping"])
             elif message.kind == "finish":

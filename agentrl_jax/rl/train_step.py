@@ -250,7 +250,16 @@ class Trainer:
         return self.model_view(params)
 
     def shard_batch(self, batch: TrainBatch) -> TrainBatch:
-        return jax.device_put(batch, self.batch_sharding)
+        """The host batch onto the trainer mesh. On several processes (each holding the same
+        batch) each places its own slices: `jax.device_put` would first check that the copies
+        agree with a collective over every device of the slice, sampler chips included, which
+        can interleave with the trainer's own collectives."""
+        sharding = self.batch_sharding
+        if sharding.is_fully_addressable:
+            return jax.device_put(batch, sharding)
+        return jax.tree.map(
+            lambda x: jax.make_array_from_callback(x.shape, sharding, lambda index: x[index]),
+            batch)
 
     # ---- traced functions ----------------------------------------------------------------
 

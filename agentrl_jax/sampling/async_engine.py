@@ -117,6 +117,11 @@ class AsyncSamplingEngine:
         weights = await asyncio.to_thread(self.engine.prepare_weights, params)
         await self._run(lambda: self.engine.install(policy, version, weights))
 
+    async def install(self, policy: str, version: int, weights: Any) -> None:
+        """Serves weights already in the sampler's layout and shardings (`SamplingEngine.install`:
+        placed there by the caller, device to device) as `policy`; returns once in place."""
+        await self._run(lambda: self.engine.install(policy, version, weights))
+
     async def end_session(self, session_id: str) -> None:
         await self._run(lambda: self.engine.end_session(session_id))
 

@@ -24,7 +24,9 @@ fleet names them e.g. `dbbench-env_train` / `dbbench-std`:
     --config.env.train_split=env_train --config.env.test_split=std
 
 Devices (`mesh`): process 0's first `sampler_devices` local devices run the sampling engine
-(tensor parallel; process 0 must keep one for the trainer); every other device of the slice
+(tensor parallel; process 0 must keep one for the trainer); with `sampler_devices_per_host`,
+the first that many devices of every other host run a sampler of their own too (an engine and
+rollout workers claiming groups from process 0's rollout hub); every other device of the slice
 trains (`mesh.trainer`: data × fsdp × tensor, one size -1 = the rest). The model files set sizes
 for hosts of 4 chips with ~95 GB each (TPU v5p); the sampler holds fp32 parameters (the
 trainer's dtype, so weight updates never recompile) and computes in `model.dtype`.
@@ -60,6 +62,12 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
 
     c.mesh = ml_collections.ConfigDict(dict(
         sampler_devices=1,
+        # Each other host's own sampler devices (0: it only trains), their weights placed
+        # device to device ("device") or through host memory ("host"); their rollout hub
+        # listens on the leader at `hub_host` (default: all interfaces, named by host name).
+        sampler_devices_per_host=0,
+        weight_transfer="device",
+        hub_host="",
         trainer=dict(data=1, fsdp=-1, tensor=1),
     ))
 

@@ -1,7 +1,8 @@
 """The multi-host path of `launch.tpu_pod`: CPU processes joined by `jax.distributed` on
 localhost (two of 2 devices each: process 0 samples on one and trains on the other, process 1
-trains on both; slow: three of 3 devices, one killed and the run resumed) run a few steps of the
-real pipeline against a real controller and task workers."""
+trains on both; two of 3 devices, each sampling on one; slow: three of 3 devices, one killed and
+the run resumed) run a few steps of the real pipeline against a real controller and task
+workers."""
 
 import json
 import os
@@ -140,6 +141,43 @@ def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
     # Process 1 holds every parameter (its two devices are two thirds of the trainer mesh).
     with np.load(tmp_path / "shards1.npz") as shards:
         assert {n.split("|")[0] for n in shards.files} == set(final)
+
+
+def test_every_process_samples_with_the_trainers_weights(tokenizer, coin_fleet, tmp_path):
+    """2 processes × 3 CPU devices, each sampling on one and training on the other two: process
+    1's sampler claims groups from the leader's rollout hub and installs the weights it gathers
+    with the trainer, device to device. Trained groups come from both processes' samplers, the
+    weights process 1 serves are, by checksum, the ones the trainer published, and (lockstep)
+    the trainer's log-probs reproduce every sampler's behaviour log-probs."""
+    model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
+    run_dir = tmp_path / "run"
+    # The leader's one in-process rollout worker and the follower's sampler share each step's
+    # 4 groups (lockstep: all 4 are admitted together once the step's weights are served).
+    overrides = ("--config.mesh.sampler_devices_per_host=1", "--config.mesh.hub_host=127.0.0.1",
+                 "--config.eval.after_rl=False", "--config.rl.pipeline.groups_per_step=4",
+                 "--config.rl.pipeline.rollout_workers=1")
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 3,
+                                *overrides), 1200)
+    logs = [(tmp_path / f"process{pid}.log").read_text() for pid in range(2)]
+    assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
+
+    rl = [r for r in check_lockstep_records(run_dir) if r["stage"] == "rl"]
+    trained = {g for r in rl for g in r["groups_trained"]}
+    hub = json.loads((run_dir / "rollout_hub.json").read_text())
+    assert set(hub) == {"process1"}, hub   # the follower's sampler; the leader's is in-process
+    follower = hub["process1"]
+    assert not follower["dropped"]
+    assert trained & set(follower["groups"]), (trained, follower["groups"])
+    assert trained - set(follower["groups"]), "no trained group came from the leader's sampler"
+    # What process 1 serves (each policy) is what the trainer published for that version: its
+    # own gather of a trained step, placed on its sampler devices, has the same checksum.
+    for policy in ("current", "stale"):
+        served = follower["serving"][policy]
+        assert served["version"] >= 1 and served["checksum"] == served["published"], served
+    # Both processes' shards are slices of one model: the one the leader gathered and exported.
+    final = flat_params(run_dir / "final_model")
+    for pid in range(2):
+        check_shards_are_slices_of(final, tmp_path / f"shards{pid}.npz")
 
 
 def check_shards_are_slices_of(final: dict[str, np.ndarray], shards_path: pathlib.Path) -> None:
