@@ -138,7 +138,8 @@ class HostSampler(SamplingWorker):
         """Cancels the worker (its groups in flight are the hub's to fail) and waits for it."""
         if self._thread is None:
             return
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._main.cancel)
+        main = self._main
+        if self._loop is not None and not self._loop.is_closed() and main is not None:
+            self._loop.call_soon_threadsafe(main.cancel)
         self._thread.join(timeout=60)
         self._thread = None
