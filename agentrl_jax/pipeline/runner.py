@@ -39,6 +39,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import jax
 import ml_collections
 
 from agentrl_jax import episode
@@ -50,7 +51,7 @@ from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, ro
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
 from agentrl_jax.pipeline.trainer_driver import TrainerDriver
-from agentrl_jax.pipeline.weight_sync import sync_weights
+from agentrl_jax.pipeline.weight_sync import snapshot, sync_weights
 from agentrl_jax.rl.train_step import Trainer, TrainState
 from agentrl_jax.rollout.agent_loop import AgentSpec, play_group
 from agentrl_jax.rollout.cross_policy import STALE_POLICY
@@ -221,12 +222,13 @@ class RLPipeline:
         return mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
 
     async def _finish_step(self, state, version, metrics, rollouts, started, gate=None):
-        updated = await self._sync_weights(state, version, self._stale_every())
+        updated, sync_bytes = await self._sync_weights(state, version, self._stale_every())
         if gate is not None:  # only now: groups admitted next start on the new weights
             await gate.advance(version)
         metrics = {**metrics, **await self._sampler_metrics(), **self.buffer.report_metrics(),
                    "step_seconds": time.perf_counter() - started,
-                   "stale_refreshed": float(STALE_POLICY in updated)}
+                   "stale_refreshed": float(STALE_POLICY in updated),
+                   "sync_bytes": float(sync_bytes)}
         report = StepReport(version, state, metrics, rollouts, self.bookkeeping())
         if self.on_step is not None:
             result = self.on_step(report)
@@ -243,12 +245,16 @@ class RLPipeline:
         return {f"sampler_{k}": v for k, v in window.items()}
 
     async def _sync_weights(self, state: TrainState, version: int,
-                            stale_every: int | None) -> list[str]:
-        weights = None
+                            stale_every: int | None) -> tuple[list[str], int]:
+        """The policies updated and the bytes of the one update they all received (the
+        sampler-layout weights, or with LoRA the adapters: the `sync_bytes` metric)."""
         if self.weights_fn is not None:
             weights = await asyncio.to_thread(self.weights_fn, state, version)
-        return await sync_weights(self.engine, self.trainer, state, version,
-                                  stale_every=stale_every, hub=self.hub, weights=weights)
+        else:
+            weights = snapshot(self.trainer, state)
+        updated = await sync_weights(self.engine, self.trainer, state, version,
+                                     stale_every=stale_every, hub=self.hub, weights=weights)
+        return updated, sum(x.nbytes for x in jax.tree.leaves(weights))
 
     def _stale_every(self) -> int | None:
         return self.config.stale_every if self.config.stale_policy_ratio > 0 else None
