@@ -6,6 +6,8 @@ The pipeline (`pipeline.runner`) and the RL stage (`experiment.rl_stage`) see a 
     weights(state)                                 the sampler's weights of `state`
     save(step, state, bookkeeping=...)             a checkpoint
     finish(state)                                  the final parameters, as host arrays
+                                                   (with LoRA, `model` of them is then
+                                                   host-resident too)
 
 plus the trainer's `config`, `mesh`, `lora` and `model(params)`, which the pipeline reads.
 
@@ -258,6 +260,7 @@ class MultiHostDriver(TrainerDriver):
         self._gather = ParamGather()
         self._place = place
         self.is_leader = channel.is_leader
+        self._host_base: Any = None  # LoRA: the leader's host copy of the base, from `finish`
 
     def step(self, state, micro_batches, num_loss_tokens):
         self._announce("step", {"count": len(micro_batches),
@@ -279,7 +282,15 @@ class MultiHostDriver(TrainerDriver):
         """Ends the followers' `serve`; returns the final parameters on the leader's host."""
         self._announce("finish")
         params = self._gather(state.params, host)
+        if self.lora is not None:  # the adapters' export needs their base on this host too
+            self._host_base = stacked(self._gather(self._trainer.frozen_params, host))
         return stacked(params)
+
+    def model(self, params: Any) -> Decoder:
+        """As `TrainerDriver.model`; after `finish`, with LoRA, over the leader's host copy of
+        the base (the trainer's own spans every process's devices, which no one process can
+        read for evaluation or export)."""
+        return self._trainer.model(params, self._host_base)
 
     def done(self) -> None:
         """Lets the followers return (after evaluation and export, which need only the leader)."""
@@ -309,6 +320,8 @@ class MultiHostDriver(TrainerDriver):
                 self._do_save(message.meta["step"], state, message.meta["bookkeeping"])
             elif message.kind == "finish":
                 self._gather(state.params, None)
+                if self.lora is not None:
+                    self._gather(self._trainer.frozen_params, None)
                 break
             else:
                 raise RuntimeError(f"unexpected message {message.kind!r} from the leader")

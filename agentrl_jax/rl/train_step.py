@@ -227,10 +227,13 @@ class Trainer:
         return {"rank": self.lora.rank, "alpha": self.lora.alpha,
                 "targets": list(self.lora.targets), "base_dtype": self.config.lora.base_dtype}
 
-    def model_view(self, params: Params | None = None) -> Decoder:
-        """The Decoder of `params` (default: the initial ones) over the frozen base."""
+    def model_view(self, params: Params | None = None, base: Params | None = None) -> Decoder:
+        """The Decoder of `params` (default: the initial ones) over the frozen base (`base`:
+        a copy of `frozen_params` elsewhere, e.g. on a multi-host leader's host, whose own
+        `frozen_params` span other processes' devices; default the trainer's)."""
         params = self._model_params if params is None else params
-        return nnx.merge(self.graphdef, lora_lib.combine(self.frozen_params, params))
+        base = self.frozen_params if base is None else base
+        return nnx.merge(self.graphdef, lora_lib.combine(base, params))
 
     def init_state(self, seed: int = 0) -> TrainState:
         # A jitted copy, not device_put: device_put may alias the model's buffer on a device
@@ -245,9 +248,10 @@ class Trainer:
             rng=jax.device_put(jax.random.key_data(jax.random.key(seed)), self.replicated),
         )
 
-    def model(self, params: Params) -> Decoder:
-        """A Decoder view of `params` (for sampling or export); with LoRA, base + adapters."""
-        return self.model_view(params)
+    def model(self, params: Params, base: Params | None = None) -> Decoder:
+        """A Decoder view of `params` (for sampling or export); with LoRA, base + adapters
+        (`base`: as in `model_view`)."""
+        return self.model_view(params, base)
 
     def shard_batch(self, batch: TrainBatch) -> TrainBatch:
         """The host batch onto the trainer mesh. On several processes (each holding the same
