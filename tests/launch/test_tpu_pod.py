@@ -63,13 +63,13 @@ def coin_fleet():
     fleet.close()
 
 
-def tiny_model_dir(tokenizer, directory: pathlib.Path) -> pathlib.Path:
+def tiny_model_dir(tokenizer, directory: pathlib.Path, seed: int = 0) -> pathlib.Path:
     # hidden 48 and MLP 96 split evenly over the 3 trainer devices (fsdp).
     cfg = ModelConfig.tiny("llama", vocab_size=len(tokenizer), hidden_size=48,
                            intermediate_size=96, num_layers=1, num_heads=2, num_kv_heads=1,
                            head_dim=24, max_position_embeddings=1024,
                            eos_token_id=tokenizer.eos_token_id)
-    return save_policy(Policy(Decoder(cfg, rngs=nnx.Rngs(0)), tokenizer, "hermes"), directory)
+    return save_policy(Policy(Decoder(cfg, rngs=nnx.Rngs(seed)), tokenizer, "hermes"), directory)
 
 
 def free_port() -> int:
@@ -248,6 +248,70 @@ def check_lockstep_records(run_dir: pathlib.Path) -> list[dict]:
         assert r["lag_max"] == 0 and r["stale_refreshed"] == 1.0
         assert abs(r["ratio_max"] - 1) < 1e-3 and abs(r["ratio_min"] - 1) < 1e-3, r
     return records
+
+
+LORA = ("--config.rl.trainer.lora.enabled=True", "--config.rl.trainer.lora.rank=4",
+        "--config.eval.after_rl=False")
+
+
+@pytest.mark.slow
+def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, coin_fleet,
+                                                                     tmp_path):
+    """LoRA on the two-process job: each weight update the leader's sampler receives is the
+    adapter tree alone; the checkpoints name the base the adapters were trained over, the same
+    fingerprint on every process (a resume on both processes compares it with their own); a
+    resume over another base fails with `BaseMismatchError` on both, before training."""
+    from agentrl_jax.checkpoint import CheckpointManager
+    from agentrl_jax.parallel.mesh import make_mesh
+    from agentrl_jax.rl.train_step import Trainer, with_trainer_adapters
+    from agentrl_jax.sampling.adapter_engine import adapter_tree
+    from agentrl_jax.sampling.weights import weights_of
+    from tests.launch import tiny_pod_config
+
+    model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
+    run_dir = tmp_path / "run"
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 2, *LORA), 1200)
+    logs = [(tmp_path / f"process{pid}.log").read_text() for pid in range(2)]
+    assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
+    check_lockstep_records(run_dir)
+
+    # (1) Every update carried the adapters' bytes: rank-4 A and B of every projection.
+    trainer_cfg = tiny_pod_config.get_config().rl.trainer
+    trainer_cfg.lora.update(enabled=True, rank=4)
+    base = load_hf(model_dir)
+    adapter_bytes = sum(x.nbytes for x in jax.tree.leaves(
+        adapter_tree(with_trainer_adapters(base, trainer_cfg))))
+    full_bytes = sum(x.nbytes for x in jax.tree.leaves(weights_of(base)))
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    assert [r["sync_bytes"] for r in rl] == [adapter_bytes] * STEPS
+    assert adapter_bytes < full_bytes / 4, (adapter_bytes, full_bytes)
+
+    # (2) The checkpoint names the base: the fingerprint of the same base on one device here.
+    mesh = make_mesh(data=1, fsdp=1, tensor=1, devices=jax.devices()[:1])
+    expected = Trainer(base, trainer_cfg, mesh).base_fingerprint
+    with CheckpointManager(run_dir / "checkpoints") as saved:
+        assert saved.saved_base_fingerprint(STEPS) == expected
+    # Both processes resume from it: each compares the stored fingerprint with its own.
+    more = (f"--config.rl.pipeline.steps={STEPS + 1}",)
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 2, *LORA, *more,
+                                tag="b"), 1200)
+    logs = [(tmp_path / f"processb{pid}.log").read_text() for pid in range(2)]
+    assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
+    printed = [line.split()[1] for line in logs[0].splitlines() if line.startswith("step ")]
+    assert printed == [f"{STEPS + 1}/{STEPS + 1}:"]   # resumed, not restarted
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["sync_bytes"] for r in records if r["stage"] == "rl"] == [adapter_bytes] * (STEPS + 1)
+
+    # (3) Another base (same shapes, other weights): both processes refuse to resume.
+    other_dir = tiny_model_dir(tokenizer, tmp_path / "other", seed=1)
+    codes = wait_all(launch_pod(tmp_path, other_dir, run_dir, coin_fleet.url, 2, 2, *LORA,
+                                f"--config.rl.pipeline.steps={STEPS + 2}", tag="c"), 600)
+    logs = [(tmp_path / f"processc{pid}.log").read_text() for pid in range(2)]
+    assert codes[0] != 0 and codes[1] != 0, codes
+    for log in logs:
+        assert "BaseMismatchError" in log and "not this run's base" in log, log[-4000:]
+        assert not any(line.startswith("step ") for line in log.splitlines())
 
 
 def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
