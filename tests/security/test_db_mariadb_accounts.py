@@ -155,8 +155,10 @@ def test_filling_the_disk_stops_at_the_episodes_size_limit(small_worker, server)
         reply = sql(small_worker, session_id,
                     "INSERT INTO fill SELECT REPEAT('y', 1000000) FROM seq_1_to_40")
     assert reply.startswith("Error: the database reached its size limit"), reply
-    # Far less than the 520 MB asked for reached the disk; reads still work.
-    assert _tablespace_bytes(server, database) < 4 * SIZE_LIMIT_MB * 2**20
+    # Far less than the 520 MB asked for reached the disk; reads still work. What passes the
+    # limit is what the statement wrote between two size polls, which grows when the host is
+    # busy and the poller is scheduled late (75 MB seen at load 5 on 2 cores), hence 8x.
+    assert _tablespace_bytes(server, database) < 8 * SIZE_LIMIT_MB * 2**20
     assert sql(small_worker, session_id, "SELECT 1") == "[(1,)]"
     # Another episode is not affected by it.
     other, _ = start(small_worker)
