@@ -143,6 +143,7 @@ def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
         assert {n.split("|")[0] for n in shards.files} == set(final)
 
 
+@pytest.mark.slow  # ~140 s: two processes with a sampler each, on 2 cores
 def test_every_process_samples_with_the_trainers_weights(tokenizer, coin_fleet, tmp_path):
     """2 processes × 3 CPU devices, each sampling on one and training on the other two: process
     1's sampler claims groups from the leader's rollout hub and installs the weights it gathers
