@@ -10,7 +10,6 @@ from flax import nnx
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.logprobs import token_logprobs
-from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.rl import batch as batch_lib
 from agentrl_jax.rl import losses
 from agentrl_jax.rl import optimizer as opt_lib
@@ -39,16 +38,6 @@ def config(**kw):
     c.optimizer.learning_rate = 1e-3
     c.update(kw)
     return c
-
-
-@pytest.fixture(scope="module")
-def mesh():
-    return make_mesh(fsdp=4, tensor=2)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return Decoder(ModelConfig.tiny(), rngs=nnx.Rngs(0))
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import pytest
 from flax import nnx
 
 from agentrl_jax.models import lora
-from agentrl_jax.models.config import ModelConfig
-from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.logprobs import token_logprobs
-from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.rl import batch as batch_lib
 from agentrl_jax.rl import losses
 from agentrl_jax.rl import optimizer as opt_lib
@@ -38,16 +34,6 @@ def config(**lora_kw):
     c.optimizer.learning_rate = 1e-2
     c.lora.update(enabled=True, rank=4, alpha=8.0, **lora_kw)
     return c
-
-
-@pytest.fixture(scope="module")
-def mesh():
-    return make_mesh(fsdp=4, tensor=2)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return Decoder(ModelConfig.tiny(), rngs=nnx.Rngs(0))
 
 
 def test_only_adapters_train_and_match_a_hand_written_reference(model, mesh):
