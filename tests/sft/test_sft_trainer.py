@@ -32,38 +32,46 @@ def test_plan_steps_groups_by_bucket_and_covers_every_epoch():
     assert steps == stage.plan_steps(lengths, (256, 1024), 1000, 2, seed=1)
 
 
-def test_a_tiny_model_learns_a_fixed_reply():
-    cfg = ModelConfig.tiny("llama", vocab_size=32, max_position_embeddings=64)
-    model = Decoder(cfg, rngs=nnx.Rngs(0))
-    prompt, reply = [1, 5, 7, 9], [3, 4, 3, 4, 2]
-    traj = Trajectory(tokens=prompt + reply, loss_mask=[0] * 4 + [1] * 5,
+PROMPT, REPLY = [1, 5, 7, 9], [3, 4, 3, 4, 2]
+
+
+def _fixed_reply_setup():
+    """The one-episode task (a fixed reply to a fixed prompt), a one-device mesh, and an SFT
+    config of 40 epochs over it."""
+    traj = Trajectory(tokens=PROMPT + REPLY, loss_mask=[0] * 4 + [1] * 5,
                       behaviour_logprobs=[0.0] * 9, advantage=1.0)
     mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
     config = stage.default_config()
     config.update(epochs=40, tokens_per_step=16, tokens_per_micro=32, seq_buckets=(16,))
+    return traj, mesh, config
+
+
+def _reply_logits(model, traj):
+    batch, _ = pack([traj], (16,), 16)
+    return model(jnp.asarray(batch[0].tokens), jnp.asarray(batch[0].positions),
+                 jnp.asarray(batch[0].segment_ids))
+
+
+def test_a_tiny_model_learns_a_fixed_reply():
+    cfg = ModelConfig.tiny("llama", vocab_size=32, max_position_embeddings=64)
+    model = Decoder(cfg, rngs=nnx.Rngs(0))
+    traj, mesh, config = _fixed_reply_setup()
     config.optimizer.update(learning_rate=1e-2, warmup_steps=0)
     losses = []
     stage.run_sft(model, [traj] * 2, config, mesh,
                   on_step=lambda step, total, m: losses.append(m["loss"]))
     assert losses[-1] < 0.1 * losses[0]
     # The trained weights are in `model`: greedy continuation reproduces the reply.
-    batch, _ = pack([traj], (16,), 16)
-    logits = model(jnp.asarray(batch[0].tokens), jnp.asarray(batch[0].positions),
-                   jnp.asarray(batch[0].segment_ids))
+    logits = _reply_logits(model, traj)
     predicted = np.asarray(jnp.argmax(logits[0, 3:8], -1))
-    np.testing.assert_array_equal(predicted, reply)
+    np.testing.assert_array_equal(predicted, REPLY)
 
 
 def test_lora_sft_learns_the_reply_and_merges_it_into_the_model():
     cfg = ModelConfig.tiny("qwen2", vocab_size=32, max_position_embeddings=64)
     model = Decoder(cfg, rngs=nnx.Rngs(0))
     before = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(model)))
-    prompt, reply = [1, 5, 7, 9], [3, 4, 3, 4, 2]
-    traj = Trajectory(tokens=prompt + reply, loss_mask=[0] * 4 + [1] * 5,
-                      behaviour_logprobs=[0.0] * 9, advantage=1.0)
-    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
-    config = stage.default_config()
-    config.update(epochs=40, tokens_per_step=16, tokens_per_micro=32, seq_buckets=(16,))
+    traj, mesh, config = _fixed_reply_setup()
     config.optimizer.update(learning_rate=1e-2, warmup_steps=0, weight_decay=0.0)
     config.lora.update(enabled=True, rank=4, alpha=8.0,
                        targets=("q_proj", "v_proj", "o_proj", "up_proj", "down_proj"))
@@ -77,7 +85,5 @@ def test_lora_sft_learns_the_reply_and_merges_it_into_the_model():
     np.testing.assert_array_equal(after["embed"], before["embed"])  # not a target: frozen
     np.testing.assert_array_equal(after["layers"]["k_proj"], before["layers"]["k_proj"])
     assert np.abs(after["layers"]["q_proj"] - before["layers"]["q_proj"]).max() > 0
-    batch, _ = pack([traj], (16,), 16)
-    logits = model(jnp.asarray(batch[0].tokens), jnp.asarray(batch[0].positions),
-                   jnp.asarray(batch[0].segment_ids))
-    np.testing.assert_array_equal(np.asarray(jnp.argmax(logits[0, 3:8], -1)), reply)
+    logits = _reply_logits(model, traj)
+    np.testing.assert_array_equal(np.asarray(jnp.argmax(logits[0, 3:8], -1)), REPLY)
