@@ -25,7 +25,8 @@ trainable rollout is *dropped*: logged, and refused further claims (403), so tha
 on with the others instead of masking a broken replica's groups step after step. A group it
 completes with any trainable member resets its count. The last admitted worker is never
 dropped (all failing at once points at the environments, not the samplers): that is logged as
-an error instead.
+an error instead; and when every admitted worker has been lost, a dropped one that still
+heartbeats is readmitted, so the run is never left with live workers and none allowed to claim.
 """
 
 from __future__ import annotations
@@ -139,6 +140,18 @@ class RolloutHub:
                                     "published": self.published(p, v)}
                                 for p, (v, c) in self._serving.get(w, {}).items()}}
                 for w in sorted(workers)}
+
+    def _admits(self, worker_id: str) -> bool:
+        """Whether the worker may claim: not dropped, or dropped while no admitted worker is
+        left alive (then it is readmitted with a fresh count, and that is logged)."""
+        if worker_id not in self.dropped_workers:
+            return True
+        if any(w not in self.dropped_workers for w in self._last_seen):
+            return False
+        self.dropped_workers.remove(worker_id)
+        self._failed_in_a_row[worker_id] = 0
+        log.error("sampling worker %s readmitted: every admitted worker was lost", worker_id)
+        return True
 
     def _unverified(self, worker_id: str) -> list[str]:
         """The policies the worker serves under a checksum other than the one published."""
@@ -256,7 +269,7 @@ class RolloutHub:
             worker_id = str((await _json_object(request)).get("worker_id", ""))
             if worker_id not in self._last_seen:
                 return JSONResponse({"detail": "heartbeat first"}, 409)
-            if worker_id in self.dropped_workers:
+            if not self._admits(worker_id):
                 return JSONResponse({"detail": "dropped: its rollouts kept failing"}, 403)
             if unverified := self._unverified(worker_id):
                 return JSONResponse({"detail": f"serves unpublished weights: {unverified}"}, 409)

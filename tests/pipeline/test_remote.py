@@ -136,15 +136,38 @@ def test_a_worker_whose_rollouts_keep_failing_is_dropped_from_admission():
     assert hub.dropped_workers == ["bad"]
 
 
-def _spawn_worker(hub_url, worker_id):
+def test_a_dropped_worker_is_readmitted_when_every_admitted_worker_is_lost():
+    hub, _ = _hub_with_buffer(group_size=2)
+    hub.dropped_workers.append("bad")
+
+    async def claims() -> list[int]:
+        url = await hub.start()
+        async with httpx.AsyncClient(base_url=url) as http:
+            statuses = []
+            for alive in (["bad", "good"], ["bad"]):
+                for worker in alive:
+                    await http.post("/heartbeat", json={"worker_id": worker})
+                statuses.append((await http.post("/claim", json={"worker_id": "bad"})
+                                 ).status_code)
+                hub.reap(now=hub._last_seen["bad"] + 2 * hub.lease_timeout_s)  # all lost
+        await hub.stop()
+        return statuses
+
+    assert asyncio.run(claims()) == [403, 200]
+    assert hub.dropped_workers == []
+
+
+def _spawn_worker(hub_url, worker_id, log_dir):
+    """A worker process logging to `log_dir/<worker_id>.log` (shown if the test fails)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentrl_jax.pipeline.sampling_worker", "--hub", hub_url,
-         "--concurrency", "2", "--worker-id", worker_id],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log_dir / f"{worker_id}.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "agentrl_jax.pipeline.sampling_worker", "--hub", hub_url,
+             "--concurrency", "2", "--worker-id", worker_id],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer):  # noqa: F811
+def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer, tmp_path):
     engine, trainer = stack
     pcfg, agent = pipeline_configs(tokenizer, "async", steps=5, max_staleness=1)
     pcfg.rollout_workers = 0  # every rollout comes from the worker processes
@@ -161,7 +184,7 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer):  # 
         reports.append(report)
         if report.step == 2:  # kill one worker mid-run, start a replacement
             procs["a"].send_signal(signal.SIGKILL)
-            procs["c"] = _spawn_worker(hub_url, "c")
+            procs["c"] = _spawn_worker(hub_url, "c", tmp_path)
         if report.step == 3:
             # Once the hub has written off the killed worker and the replacement is up, kill
             # the other original too: the remaining steps can only come from the replacement.
@@ -180,7 +203,8 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer):  # 
                 adv_config=advantages.default_config(), on_step=on_step, remote=remote)
             hub = pipeline.hub
             hub_url = await hub.start()
-            procs["a"], procs["b"] = _spawn_worker(hub_url, "a"), _spawn_worker(hub_url, "b")
+            for worker in "ab":
+                procs[worker] = _spawn_worker(hub_url, worker, tmp_path)
             state = await asyncio.wait_for(pipeline.run(trainer.init_state(0)), 600)
         await hub.stop()
         return state
@@ -192,6 +216,10 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer):  # 
         for p in procs.values():
             p.kill()
             p.wait()
+        for log in sorted(tmp_path.glob("*.log")):  # pytest shows this only on failure
+            tail = log.read_bytes()[-4096:].decode(errors="replace")
+            print(f"--- worker {log.stem} (last 4 KB) ---\n{tail}")
+        print("hub:", hub and hub.report(), "lost:", hub and hub.lost_workers)
     assert int(state.step) == 5 and [r.step for r in reports] == [1, 2, 3, 4, 5]
     assert "a" in hub.lost_workers
     assert hub.claims_by_worker.get("c", 0) > 0  # the replacement joined and got work
