@@ -136,6 +136,7 @@ def test_kill_9_then_rerun_resumes_without_training_twice(tmp_path, sft_cache):
     assert len(trained) == len(set(trained)), "a group was trained twice"
 
 
+@pytest.mark.slow   # ~120 s; a worker's death mid-session: tests/controller/test_controller_faults
 def test_a_killed_task_worker_does_not_stop_training(tmp_path, sft_cache):
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
     argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=4",

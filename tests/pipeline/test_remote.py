@@ -205,7 +205,7 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer, tmp_
             hub_url = await hub.start()
             for worker in "ab":
                 procs[worker] = _spawn_worker(hub_url, worker, tmp_path)
-            state = await asyncio.wait_for(pipeline.run(trainer.init_state(0)), 600)
+            state = await asyncio.wait_for(pipeline.run(trainer.init_state(0)), 300)  # ~50 s
         await hub.stop()
         return state
 
