@@ -54,11 +54,12 @@ def get_config() -> ml_collections.ConfigDict:
         concurrency=32,  # episodes in flight
     ))
 
-    # The episode limits and the sampling engine's size; None: the run's, else
+    # The episode limits and the sampling engine's size and prefix cache; None: the run's, else
     # `rl_stage.default_config()`'s.
     c.rl = ml_collections.ConfigDict(dict(
         limits=dict(max_turns=placeholder(int), max_context_tokens=placeholder(int),
                     max_new_tokens=placeholder(int)),
-        engine=dict(max_batch=placeholder(int), num_pages=placeholder(int)),
+        engine=dict(max_batch=placeholder(int), num_pages=placeholder(int),
+                    prefix_cache=placeholder(bool)),  # False: every prompt prefilled whole
     ))
     return c

@@ -213,6 +213,9 @@ def test_command_line_overrides_the_config():
     rl = eval_lib.rl_config(config, run)
     assert (rl.limits.max_turns, rl.limits.max_new_tokens) == (7, 9)
     assert rl.sampling.temperature == protocol.TEMPERATURE
+    assert rl.engine.prefix_cache   # the engine's default, unless the command line says
+    uncached = parse_flags("--config.rl.engine.prefix_cache=False")
+    assert eval_lib.rl_config(uncached, run).engine.prefix_cache is False
     validation = parse_flags("--config.eval.subset=validation")
     split, select, per_task = eval_lib.index_selection(validation, run)
     assert (split, per_task) == ("train", protocol.VALIDATION_PER_TASK)
