@@ -240,6 +240,8 @@ EVAL_MEANINGS: dict[str, str] = {
     "rl.limits.max_new_tokens": "tokens per turn; None: the run's, else rl_stage's default",
     "rl.engine.max_batch": "sampler decode slots; None: the run's, else rl_stage's default",
     "rl.engine.num_pages": "KV pages; None: the run's, else rl_stage's default",
+    "rl.engine.prefix_cache": "share prompt-prefix KV between episodes; None: the run's, "
+                              "else rl_stage's default (on); False prefills every prompt whole",
 }
 
 # Keys whose agentbench_fc value is set by each model file, not by base.py.
