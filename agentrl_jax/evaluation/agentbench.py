@@ -157,7 +157,9 @@ async def play(
             on_episode(rollout)
         return task, run, rollout
 
-    played = await asyncio.gather(*(play(*job) for job in jobs))
+    async with asyncio.TaskGroup() as playing:  # waits for every episode, even cancelled
+        tasks = [playing.create_task(play(*job)) for job in jobs]
+    played = [task.result() for task in tasks]
     results = {}
     for task in sorted(task_indices):
         per_run = [[r for t, k, r in played if t == task and k == run] for run in range(runs)]

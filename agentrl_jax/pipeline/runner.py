@@ -317,7 +317,9 @@ class RLPipeline:
                     break
                 groups = [self._open_group() for _ in range(count)]
                 opened += count
-                await asyncio.gather(*(self._play_group(*group) for group in groups))
+                async with asyncio.TaskGroup() as playing:  # waits for all, even cancelled
+                    for group in groups:
+                        playing.create_task(self._play_group(*group))
                 self._select(self.buffer.take(current_version=version - 1).groups, draws)
                 if not cfg.dynamic_sampling:
                     break

@@ -156,6 +156,11 @@ async def play_group(
     Member m's episode is seeded with the m-th of `group_size` draws from `rng`, all made
     before any episode starts, so a group's episodes depend on `rng` alone and not on how they
     interleave. `on_rollout` receives each rollout as soon as its episode ends.
+
+    Cancelled, the group passes the cancellation on only once every member has ended its
+    sessions: the members run in a TaskGroup, which waits for all of them, where `gather` would
+    return at the first cancelled member while others still talk to the controller (and the
+    caller may already have closed the client they need to end their sessions).
     """
     seeds = [rng.getrandbits(32) for _ in range(group_size)]
 
@@ -166,7 +171,9 @@ async def play_group(
             on_rollout(rollout)
         return rollout
 
-    return list(await asyncio.gather(*(member(m) for m in range(group_size))))
+    async with asyncio.TaskGroup() as members:
+        played = [members.create_task(member(m)) for m in range(group_size)]
+    return [task.result() for task in played]
 
 
 async def _start(client: ControllerClient, task: str, index: SampleIndex):

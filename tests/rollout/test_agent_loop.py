@@ -240,3 +240,61 @@ def test_an_episode_cancelled_while_starting_ends_its_session(fleet, tokenizer):
 
     asyncio.run(go())
     fleet.wait_for(lambda: all(s["status"] != "running" for s in fleet.sessions().values()))
+
+
+class _FirstStartHeldClient(ControllerClient):
+    """A real client that holds only its first `start_sample` until `release`, and sets
+    `release` once it has cancelled any session: the held member is let go only after another
+    member, cancelled while generating, has ended its own episode."""
+
+    def __init__(self, url):
+        super().__init__(url, start_jitter_s=0)
+        self.reached, self.release = asyncio.Event(), asyncio.Event()
+        self.starts, self.cancelled = 0, []
+
+    async def start_sample(self, task, index):
+        self.starts += 1
+        held = self.starts == 1
+        started = await super().start_sample(task, index)
+        if held:
+            self.reached.set()
+            await self.release.wait()
+        return started
+
+    async def cancel(self, session_id):
+        await super().cancel(session_id)
+        self.cancelled.append(session_id)
+        self.release.set()
+
+
+class _BlockingGenerator(ScriptedGenerator):
+    """Never answers: its caller waits in `generate` until cancelled."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer, echo_reply)
+        self.generating = asyncio.Event()
+
+    async def generate(self, request):
+        self.generating.set()
+        await asyncio.Event().wait()
+
+
+def test_a_cancelled_group_returns_only_after_every_member_ended_its_session(fleet, tokenizer):
+    fleet.add_worker(EchoTask(rounds=3))
+
+    async def go():
+        async with _FirstStartHeldClient(fleet.url) as client:
+            generator = _BlockingGenerator(tokenizer)
+            group = asyncio.create_task(play_group(
+                client, generator, _agent(tokenizer), "echo", 0, group_id=0, group_size=2,
+                rng=random.Random(0)))
+            await client.reached.wait()        # member 0: its session exists, id not yet known
+            await generator.generating.wait()  # member 1: in the middle of its first turn
+            group.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await group
+            # Both sessions were ended by the members themselves, before the group returned.
+            assert sorted(client.cancelled) == sorted(fleet.sessions())
+
+    asyncio.run(go())
+    fleet.wait_for(lambda: all(s["status"] != "running" for s in fleet.sessions().values()))
