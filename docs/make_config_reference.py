@@ -93,6 +93,8 @@ MEANINGS: dict[str, str] = {
     "sft.tokens_per_micro": "tokens per packed micro-batch (gradient accumulation)",
     "sft.seq_buckets": "packed row lengths (each a compiled shape)",
     "sft.seed": "order of the demonstrations",
+    "sft.context_loss_weight": "loss weight of the context tokens (prompt, tools, observations); "
+                               "the assistant's weigh 1, 0 = assistant tokens only",
     "sft.cache_dir": 'warm-started policies, by config hash; "" = the agentrl_jax cache '
                      "(~/.cache/agentrl_jax/sft)",
     # mesh

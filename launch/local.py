@@ -171,8 +171,8 @@ def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]
     else:
         policy = policy_lib.load_policy(policy_lib.pretrained_dir(config.model),
                                         config.model.parser)
-    trajectories = [demos_lib.demo_trajectory(policy.tokenizer, d, policy.end_of_turn_ids)
-                    for d in demos]
+    trajectories = [demos_lib.demo_trajectory(policy.tokenizer, d, policy.end_of_turn_ids,
+                                              config.sft.context_loss_weight) for d in demos]
     kept = [t for t in trajectories if len(t) <= config.demos.max_tokens]
     print(f"warm start: {len(kept)} demonstrations ({len(trajectories) - len(kept)} longer than "
           f"{config.demos.max_tokens} tokens left out), {sum(map(len, kept))} tokens, "

@@ -67,12 +67,22 @@ def demo_conversation(tokenizer: Any, demo: Demo,
     return conv
 
 
-def demo_trajectory(tokenizer: Any, demo: Demo,
-                    end_of_turn_ids: Sequence[int] | None = None) -> Trajectory:
-    """The demonstration as a `Trajectory` whose loss mask covers the assistant's tokens."""
+def demo_trajectory(tokenizer: Any, demo: Demo, end_of_turn_ids: Sequence[int] | None = None,
+                    context_weight: float = 0.0) -> Trajectory:
+    """The demonstration as a `Trajectory`: loss weight 1 on the assistant's tokens and
+    `context_weight` on every other token (prompt, tools, the environment's replies).
+
+    A positive `context_weight` adds a language-modelling term on the context at no extra
+    compute (the forward and backward pass cover those tokens anyway): the observations repeat
+    the names, lists and JSON that actions copy, which is what a small model trained from
+    scratch is short of (issue #17, docs/warm_start.md).
+    """
+    if not 0.0 <= context_weight <= 1.0:
+        raise ValueError(f"context_weight must be in [0, 1], got {context_weight}")
     conv = demo_conversation(tokenizer, demo, end_of_turn_ids)
     tokens = conv.tokens
-    return Trajectory(tokens=tokens, loss_mask=conv.loss_mask.astype(np.float32),
+    assistant = conv.loss_mask.astype(np.float32)
+    return Trajectory(tokens=tokens, loss_mask=assistant + context_weight * (1.0 - assistant),
                       behaviour_logprobs=np.zeros(len(tokens), np.float32), advantage=1.0)
 
 

@@ -38,6 +38,9 @@ def default_config() -> ml_collections.ConfigDict:
         tokens_per_step=16384,  # demonstration tokens per optimizer step (before padding)
         tokens_per_micro=8192,
         seq_buckets=(512, 1024, 2048, 4096),
+        # loss weight of the demonstrations' context tokens (the assistant's are 1):
+        # a language-modelling term on the observations, free in compute (sft/demos.py)
+        context_loss_weight=0.0,
         optimizer=opt,
         seed=0,
         lora=train_step.lora_config(),

@@ -4,8 +4,8 @@ The only difference from `rl.train_step.Trainer` is the loss of a micro-batch:
 
     L = − Σ_t m_t log π_θ(x_{t+1} | x_{≤t}) / N_global,     N_global = Σ_t m_t over the step
 
-(m_t = 1 on the demonstration's assistant tokens), so micro-batch losses add up to the global
-token mean exactly as the policy loss does.
+(m_t = 1 on the demonstration's assistant tokens, `sft.context_loss_weight` on the others),
+so micro-batch losses add up to the global token mean exactly as the policy loss does.
 """
 
 from __future__ import annotations

@@ -48,6 +48,17 @@ def test_assistant_tokens_are_the_reply_text_and_end_of_turn(tokenizer):
     assert traj.advantage == 1.0 and not np.asarray(traj.behaviour_logprobs).any()
 
 
+def test_context_weight_puts_a_lighter_loss_on_every_other_token(tokenizer):
+    plain = demo_trajectory(tokenizer, DEMO)
+    weighted = demo_trajectory(tokenizer, DEMO, context_weight=0.25)
+    assistant = np.asarray(plain.loss_mask) == 1
+    np.testing.assert_array_equal(weighted.tokens, plain.tokens)
+    assert set(np.asarray(weighted.loss_mask)[assistant]) == {1.0}
+    assert set(np.asarray(weighted.loss_mask)[~assistant]) == {0.25}
+    with pytest.raises(ValueError, match="context_weight"):
+        demo_trajectory(tokenizer, DEMO, context_weight=1.5)
+
+
 def test_replayed_conversation_parses_back_to_the_demo_calls(tokenizer):
     conv = demo_conversation(tokenizer, DEMO)
     replies = [m for m in conv.messages if m["role"] == "assistant"]
