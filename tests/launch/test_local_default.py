@@ -19,49 +19,12 @@ import sys
 
 import pytest
 
+from agentrl_jax.evaluation.first_call import first_call
 from environments.registry import parse_task_key
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 PER_TASK = 10
 WELL_FORMED = 0.9  # the issue's bar for the first calls of every task
-
-
-def first_call(messages: list[dict], tools: list[dict]) -> str | None:
-    """The tool the first assistant turn calls, if that call is well formed: the name of an
-    offered tool and JSON-object arguments holding every required parameter; else None."""
-    turn = next((m for m in messages if m["role"] == "assistant"), None)
-    if turn is None or not turn.get("tool_calls"):
-        return None
-    call = turn["tool_calls"][0]["function"]
-    schema = next((t["function"]["parameters"] for t in tools
-                   if t["function"]["name"] == call["name"]), None)
-    if schema is None:
-        return None
-    try:
-        arguments = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else (
-            call["arguments"])
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(arguments, dict) or any(k not in arguments
-                                              for k in schema.get("required", [])):
-        return None
-    return call["name"]
-
-
-def test_first_call_judges_the_format():
-    tools = [{"function": {"name": "execute_sql", "parameters": {"required": ["query"]}}},
-             {"function": {"name": "commit_final_answer", "parameters": {}}}]
-
-    def turn(name, arguments):
-        return [{"role": "system", "content": ""}, {"role": "assistant", "content": "",
-                "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}]
-
-    assert first_call(turn("execute_sql", '{"query": "SELECT 1"}'), tools) == "execute_sql"
-    assert first_call(turn("commit_final_answer", "{}"), tools) == "commit_final_answer"
-    assert first_call(turn("execute_sql", '{"sql": "SELECT 1"}'), tools) is None
-    assert first_call(turn("execute_sql", '{"query": '), tools) is None
-    assert first_call(turn("other", "{}"), tools) is None
-    assert first_call([{"role": "assistant", "content": "SELECT 1"}], tools) is None
 
 
 @pytest.mark.slow

@@ -1,0 +1,70 @@
+"""What an episode's first tool call says about a policy's format and copying (issue #17).
+
+A task can only be solved by a policy whose calls the environment can execute, so the warm
+start is judged first on its **first call**: well formed when it names an offered tool and its
+arguments are a JSON object holding every required parameter. The **copy rate** measures
+whether the policy reads its context: of the words in its calls' arguments, the fraction that
+occur earlier in the episode (the entity names, admissible actions and product words that
+actions copy). Both work on an episode's OpenAI-format messages and its task's tool schemas.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    return arguments
+
+
+def first_call(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+               ) -> str | None:
+    """The tool the first assistant turn calls, if that call is well formed: the name of an
+    offered tool and JSON-object arguments holding every required parameter; else None."""
+    turn = next((m for m in messages if m["role"] == "assistant"), None)
+    if turn is None or not turn.get("tool_calls"):
+        return None
+    call = turn["tool_calls"][0]["function"]
+    schema = next((t["function"]["parameters"] for t in tools
+                   if t["function"]["name"] == call["name"]), None)
+    if schema is None:
+        return None
+    arguments = _arguments(call)
+    if not isinstance(arguments, dict) or any(k not in arguments
+                                              for k in schema.get("required", [])):
+        return None
+    return call["name"]
+
+
+def copy_rate(messages: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """(argument words seen earlier in the episode, argument words) over every tool call.
+
+    "Earlier" is every message before the calling turn (system prompt and task included);
+    words are runs of letters, digits and underscores, compared case-insensitively.
+    """
+    seen: set[str] = set()
+    copied = total = 0
+    for message in messages:
+        for tool_call in message.get("tool_calls") or []:
+            arguments = _arguments(tool_call["function"])
+            text = json.dumps(arguments) if arguments is not None else str(
+                tool_call["function"].get("arguments", ""))
+            words = [w.lower() for w in _WORD.findall(text)]
+            if isinstance(arguments, dict):   # the parameter names are the schema's, not copies
+                keys = {k.lower() for k in arguments}
+                words = [w for w in words if w not in keys]
+            copied += sum(w in seen for w in words)
+            total += len(words)
+        seen.update(w.lower() for w in _WORD.findall(message.get("content") or ""))
+    return copied, total
