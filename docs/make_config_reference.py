@@ -72,6 +72,8 @@ MEANINGS: dict[str, str] = {
     "model.path": "source=hf: an HF checkpoint directory (Qwen2.5, GLM-4, Llama)",
     "model.parser": 'tool-call format of the chat: "hermes", "qwen25" or "glm4"',
     "model.vocab_size": "scratch: BPE vocabulary entries, special tokens included",
+    "model.shrink_layers": "zoo/hf, launch.local: keep the first N decoder layers and the "
+                           "demonstrations' vocabulary (models/shrink.py); 0 = the whole model",
     "model.seed": "scratch: parameter initialisation seed",
     "model.dtype": "the sampler's compute dtype (parameters stay fp32, as the trainer's)",
     "model.scratch.family": "scratch: decoder family (llama, qwen2, glm4)",

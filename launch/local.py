@@ -169,8 +169,7 @@ def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]
     if config.model.source == "scratch":
         policy = policy_lib.new_scratch_policy(config.model, demos_lib.demo_texts(demos))
     else:
-        policy = policy_lib.load_policy(policy_lib.pretrained_dir(config.model),
-                                        config.model.parser)
+        policy = policy_lib.pretrained_policy(config.model, demos_lib.demo_texts(demos))
     trajectories = [demos_lib.demo_trajectory(policy.tokenizer, d, policy.end_of_turn_ids,
                                               config.sft.context_loss_weight) for d in demos]
     kept = [t for t in trajectories if len(t) <= config.demos.max_tokens]

@@ -108,6 +108,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     if config.model.source == "scratch":
         raise ValueError("model.source='scratch' needs a warm start on demonstrations: use "
                          "launch.local, or model.source='hf' with model.path")
+    if config.model.get("shrink_layers"):
+        raise ValueError("model.shrink_layers shrinks a model over launch.local's "
+                         "demonstrations; here, shrink it once (agentrl_jax.models.shrink) and "
+                         "pass model.source='hf' with model.path")
     if config.model.source == "hf" and not config.model.path:
         raise ValueError("model.path is empty: pass --config.model.path=/path/to/the/HF/model "
                          "(a directory with config.json, safetensors and the tokenizer)")

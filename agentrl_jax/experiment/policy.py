@@ -29,6 +29,9 @@ def default_config() -> ml_collections.ConfigDict:
         path="",  # for source=hf
         parser="hermes",  # tool-call format: hermes | qwen25 | glm4
         vocab_size=4096,  # scratch: BPE entries, specials included
+        # zoo/hf in launch.local's warm start: keep the first N decoder layers and the
+        # vocabulary of the demonstrations (models/shrink.py); 0 = the whole model
+        shrink_layers=0,
         scratch=dict(family="llama", hidden_size=256, intermediate_size=768, num_layers=4,
                      num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=4096,
                      tie_word_embeddings=True, rope_theta=10000.0),
@@ -60,6 +63,21 @@ def new_scratch_policy(config: ml_collections.ConfigDict, texts: Iterable[str]) 
     tokenizer = train_chat_tokenizer(texts, config.vocab_size)
     cfg = scratch_model_config(config, tokenizer)
     return Policy(Decoder(cfg, rngs=nnx.Rngs(config.seed)), tokenizer, config.parser)
+
+
+def pretrained_policy(config: ml_collections.ConfigDict, texts: Iterable[str]) -> Policy:
+    """The `zoo` or `hf` policy; with `shrink_layers`, its first layers over the vocabulary of
+    `texts` (`models.shrink`), made in a temporary directory and loaded from there."""
+    if not config.shrink_layers:
+        return load_policy(pretrained_dir(config), config.parser)
+    import tempfile
+
+    from agentrl_jax.models.shrink import shrink_pretrained
+
+    with tempfile.TemporaryDirectory(prefix="agentrl_jax-shrunk-") as shrunk:
+        shrink_pretrained(pretrained_dir(config), shrunk, num_layers=config.shrink_layers,
+                          texts=texts)
+        return load_policy(shrunk, config.parser)
 
 
 def load_policy(directory: str | pathlib.Path, parser: str, mesh: Mesh | None = None) -> Policy:

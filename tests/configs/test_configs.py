@@ -103,6 +103,10 @@ def test_launcher_checks_say_what_to_set():
     with pytest.raises(ValueError, match="model.path"):
         tpu_pod.check_config(c)
     c = runnable(load("qwen25_3b.py"))
+    c.model.shrink_layers = 4   # needs launch.local's demonstrations
+    with pytest.raises(ValueError, match="shrink"):
+        tpu_pod.check_config(c)
+    c = runnable(load("qwen25_3b.py"))
     c.mesh.sampler_devices = 8  # leaves process 0 nothing to train on
     with pytest.raises(ValueError, match="keep at least one"):
         tpu_pod.build_layout(c.mesh)
