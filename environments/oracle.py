@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 
 from agentrl_jax import episode
+from agentrl_jax.evaluation import protocol
 from environments.registry import load_task
 from environments.worker.__main__ import task_params
 
@@ -268,6 +269,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task", required=True, help="environment folder name, e.g. db")
     parser.add_argument("--split", default="test", choices=("train", "test"))
     parser.add_argument("--limit", type=int, default=None, help="play only the first N indices")
+    parser.add_argument("--spread", type=int, default=None, metavar="N",
+                        help="play N indices spread evenly over the split (the warm start's "
+                             "demonstrations: agentrl_jax.evaluation.protocol.demo_indices)")
     parser.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="extra task constructor argument (as for the worker)")
@@ -291,12 +295,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         indices = httpx.get(f"{api}/get_indices", timeout=60).json()
         if args.limit is not None:
             indices = indices[:args.limit]
+        if args.spread is not None:
+            indices = protocol.demo_indices(indices, args.spread)
         print(f"{task.name}: playing the oracle on {len(indices)} episodes", file=sys.stderr)
         records = asyncio.run(play_all(api, oracle, indices, args.concurrency))
     summary = summarize(args.task, args.split, records)
     summary["seconds"] = round(time.monotonic() - started, 1)
     if args.limit is not None:
         summary["limit"] = args.limit
+    if args.spread is not None:
+        summary["spread"] = args.spread
     write_results(summary, args.output or RESULTS_DIR / f"oracle_{args.task}.json")
     if args.export:
         export_episodes(records, task.name, args.export)

@@ -2,16 +2,18 @@
 
     test        `evenly_spaced(test split, per_task)`: a fixed subset spread over each task's
                 test split, the same before and after RL; for reporting only.
-    validation  `evenly_spaced(train split[reserved:], per_task)`: held-out train indices for
-                decisions (model size, learning rates, curriculum, ...). `reserved` is the
-                number of leading train indices the warm start's oracle demonstrations use
-                (`demos.per_task`), so validation shares no index with the demonstrations, and
-                RL never draws a validation index (`rl_indices`).
+    demos       `evenly_spaced(train split, reserved)`: the train indices the warm start's
+                oracle demonstrations play (`demos.per_task` of them).
+    validation  `evenly_spaced(train split less the demos, per_task)`: held-out train indices
+                for decisions (model size, learning rates, curriculum, ...); they share no
+                index with the demonstrations, and RL never draws them (`rl_indices`).
 
-Spreading evenly (not the first indices) matters: splits are often ordered by source or
-difficulty. `docs/evaluation.md` lists the resulting indices of the default. `selection` gives
-either subset as the function the evaluation driver (`agentbench.evaluate`) applies to each
-task's indices.
+Spreading evenly (not the first indices) matters: splits are often ordered by source, type or
+difficulty. ALFWorld's train split is ordered by task type: its first 120 games are all
+"examine/look at X under the desklamp" in bedrooms, so demonstrations taken from the front
+taught one of its six task types. `docs/evaluation.md` lists the resulting indices of the
+default. `selection` gives either subset as the function the evaluation driver
+(`agentbench.evaluate`) applies to each task's indices.
 """
 
 from __future__ import annotations
@@ -44,10 +46,17 @@ def test_indices(test_split: Sequence[SampleIndex], per_task: int = TEST_PER_TAS
     return evenly_spaced(test_split, per_task)
 
 
+def demo_indices(train_split: Sequence[SampleIndex], count: int) -> list[SampleIndex]:
+    """The train indices whose oracle episodes are the warm start's demonstrations."""
+    return evenly_spaced(train_split, count) if count > 0 else []
+
+
 def validation_indices(train_split: Sequence[SampleIndex], reserved: int,
                        per_task: int = VALIDATION_PER_TASK) -> list[SampleIndex]:
-    """The held-out validation slice of a task's train split (none of its first `reserved`)."""
-    return evenly_spaced(list(train_split)[reserved:], per_task)
+    """The held-out validation slice of a task's train split: none of the `reserved`
+    demonstration indices (`demo_indices`)."""
+    demos = set(map(_key, demo_indices(train_split, reserved)))
+    return evenly_spaced([i for i in train_split if _key(i) not in demos], per_task)
 
 
 def rl_indices(train_split: Sequence[SampleIndex], reserved: int,
@@ -62,7 +71,8 @@ def selection(subset: str = "test", per_task: int | None = None, reserved: int =
     """The indices of one split that `subset` evaluates, as a function of the split.
 
       test        `test_indices(split, per_task)`; every index when `per_task` is None
-      validation  `validation_indices(split, reserved, per_task)` of the train split;
+      validation  `validation_indices(split, reserved, per_task)` of the train split
+                  (`reserved`: the number of demonstrations);
                   `VALIDATION_PER_TASK` when `per_task` is None
     """
     if subset == "test":

@@ -1,7 +1,8 @@
 """Oracle demonstrations for the supervised warm start, played once and cached.
 
-Each task's oracle (`environments/<task>/oracle.py`) is played on the first `limit` indices of a
-split through a real task worker, by `python -m environments.oracle --export` in a subprocess,
+Each task's oracle (`environments/<task>/oracle.py`) is played on `limit` indices spread evenly
+over a split (`evaluation.protocol.demo_indices`: a split's front is often one kind of problem)
+through a real task worker, by `python -m environments.oracle --export` in a subprocess,
 and the episodes are kept as JSONL under the cache (`models.zoo.cache_root()/demos`). A file is
 written under a temporary name and renamed when complete, so a killed run never leaves a partial
 cache behind; a later run (or another run directory) reuses it.
@@ -21,7 +22,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def demo_path(task: str, split: str, limit: int) -> pathlib.Path:
-    return cache_root() / "demos" / f"{task}-{split}-{limit}.jsonl"
+    return cache_root() / "demos" / f"{task}-{split}-spread{limit}.jsonl"
 
 
 def oracle_demos(task: str, split: str = "train", limit: int = 100,
@@ -34,7 +35,7 @@ def oracle_demos(task: str, split: str = "train", limit: int = 100,
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     summary = partial.with_suffix(".json")
     argv = [sys.executable, "-m", "environments.oracle", "--task", task, "--split", split,
-            "--limit", str(limit), "--export", str(partial), "--output", str(summary)]
+            "--spread", str(limit), "--export", str(partial), "--output", str(summary)]
     log = (open(log_dir / f"oracle_{task}.log", "w") if log_dir
            else contextlib.nullcontext(subprocess.DEVNULL))
     with log as stdout:

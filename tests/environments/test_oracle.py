@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from agentrl_jax.evaluation import protocol
 from environments import oracle
+from environments.registry import load_task
 
 
 def test_runner_plays_the_db_oracle_and_writes_results(tmp_path, capsys):
@@ -31,10 +33,17 @@ def test_runner_plays_the_db_oracle_and_writes_results(tmp_path, capsys):
     assert [t["function"]["name"] for t in first["tools"]] == ["execute_sql",
                                                                "commit_final_answer"]
 
-    # A second split is kept beside the first.
-    oracle.main(["--task", "db", "--split", "train", "--limit", "3", "--output", str(results)])
+    # A second split is kept beside the first; --spread plays indices spread over the split
+    # (the warm start's demonstrations), not its front.
+    spread = tmp_path / "spread.jsonl"
+    summary = oracle.main(["--task", "db", "--split", "train", "--spread", "3",
+                           "--output", str(results), "--export", str(spread)])
     both = json.loads(results.read_text())
     assert both["split"] == "train" and set(both["by_split"]) == {"train", "test"}
+    played = [json.loads(line)["index"] for line in spread.read_text().splitlines()]
+    assert summary["spread"] == 3 and len(played) == 3
+    train = load_task("db", split="train").indices()
+    assert played == protocol.demo_indices(train, 3) and played[0] != train[0]
 
 
 def test_failures_are_recorded_with_reasons():
