@@ -5,8 +5,9 @@
 Stages, each recorded in `RUN_DIR/stages.json` when done (so rerunning the same command after a
 crash, even `kill -9`, skips finished stages and resumes RL from its last checkpoint):
 
-  1. demos          each task's oracle played on `demos.per_task` train indices (cached), and
-                    each task's data built for both splits (sandboxed workers only read it)
+  1. demos          each task's oracle played on `demos.per_task` train indices spread over
+                    the split (cached), and each task's data built for both splits
+                    (sandboxed workers only read it)
   2. environments   a controller and, per task, a train-split and a test-split worker, each in
                     its own sandbox (the OS task's, under a root launcher, beside them: its
                     machines are its sandboxes, docs/security.md), or `env.controller_url`:
