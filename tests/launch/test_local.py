@@ -82,38 +82,12 @@ def sft_cache(tmp_path_factory) -> pathlib.Path:
     return tmp_path_factory.mktemp("sft_cache")
 
 
-def test_fast_mode_produces_every_stage_output(tmp_path, sft_cache):
-    run_dir = tmp_path / "run"
-    run_to_end(command(run_dir, sft_cache), tmp_path / "log.txt")
-
-    stages = json.loads((run_dir / "stages.json").read_text())
-    assert list(stages) == STAGES
-    policy_dir = pathlib.Path(stages["sft"]["policy_dir"])
-    assert policy_dir.parent == sft_cache and (policy_dir / "tokenizer.json").exists()
-    for name in ("eval_before", "eval_after"):
-        result = json.loads((run_dir / f"{name}.json").read_text())
-        assert set(result["tasks"]) == {task_key(t, "test") for t in AGENTBENCH_FC}
-        assert all(r["episodes"] == 1 for r in result["tasks"].values())
-        assert (run_dir / f"{name}.md").read_text().startswith(f"### {name}")
-        transcripts = [json.loads(x) for x in
-                       (run_dir / f"{name}_episodes.jsonl").read_text().splitlines()]
-        assert sorted(e["task"] for e in transcripts) == sorted(result["tasks"])
-        assert all(e["messages"][0]["role"] == "system" for e in transcripts)
-    assert "| **average** |" in (run_dir / "results.md").read_text()
-    assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert {r["stage"] for r in records} == {"sft", "rl"}
-    assert [r["step"] for r in records if r["stage"] == "rl"] == [1, 2]
-    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    assert (run_dir / "final_model" / "config.json").exists()
-    assert (run_dir / "checkpoints" / "2").is_dir()
-    assert_gone(fleet_pids(run_dir))   # the fleet stopped with the job
-
-
-def test_kill_9_then_rerun_resumes_without_training_twice(tmp_path, sft_cache):
+def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_path, sft_cache):
+    """One run of the fast mode, SIGKILLed during RL and rerun with the same command: it
+    resumes from its checkpoint without training a group twice, and every stage's outputs are
+    there at the end (one test, as both halves are the cost of a whole run)."""
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=5",
-                   "--config.eval.before_rl=False")
+    argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=5")
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env(), stdout=out,
                                    stderr=subprocess.STDOUT)
@@ -128,12 +102,32 @@ def test_kill_9_then_rerun_resumes_without_training_twice(tmp_path, sft_cache):
 
     run_to_end(argv, log)
     stages = json.loads((run_dir / "stages.json").read_text())
+    assert list(stages) == STAGES
     assert stages["rl"]["resumed_from"] is not None and stages["rl"]["resumed_from"] >= 1
-    assert list(stages) == ["demos", "sft", "rl", "eval_after", "report"]
     records = rl_records(run_dir)
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]   # lost steps' records replaced
     trained = [g for r in records for g in r["groups_trained"]]
     assert len(trained) == len(set(trained)), "a group was trained twice"
+
+    policy_dir = pathlib.Path(stages["sft"]["policy_dir"])
+    assert policy_dir.parent == sft_cache and (policy_dir / "tokenizer.json").exists()
+    for name in ("eval_before", "eval_after"):
+        result = json.loads((run_dir / f"{name}.json").read_text())
+        assert set(result["tasks"]) == {task_key(t, "test") for t in AGENTBENCH_FC}
+        assert all(r["episodes"] == 1 for r in result["tasks"].values())
+        assert (run_dir / f"{name}.md").read_text().startswith(f"### {name}")
+        transcripts = [json.loads(x) for x in
+                       (run_dir / f"{name}_episodes.jsonl").read_text().splitlines()]
+        assert sorted(e["task"] for e in transcripts) == sorted(result["tasks"])
+        assert all(e["messages"][0]["role"] == "system" for e in transcripts)
+    assert "| **average** |" in (run_dir / "results.md").read_text()
+    assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    everything = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {r["stage"] for r in everything} == {"sft", "rl"}
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run_dir / "final_model" / "config.json").exists()
+    assert (run_dir / "checkpoints" / "5").is_dir()
+    assert_gone(fleet_pids(run_dir))   # the fleet stopped with the job
 
 
 @pytest.mark.slow   # ~120 s; a worker's death mid-session: tests/controller/test_controller_faults

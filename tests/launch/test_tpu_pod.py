@@ -315,6 +315,7 @@ def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, c
         assert not any(line.startswith("step ") for line in log.splitlines())
 
 
+@pytest.mark.slow   # ~70 s; the default run keeps the launcher's multi-process run (above)
 def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
     """Without jax.distributed (one host): the sampler on device 0, the trainer on the other 7."""
     from launch import tpu_pod
