@@ -50,6 +50,7 @@ from agentrl_jax.tree_digest import tree_digest
 log = logging.getLogger(__name__)
 
 FAILED_GROUPS_TO_DROP = 3  # consecutive groups without a trainable rollout drop a worker
+MISMATCHES_KEPT = 100  # a worker's mismatched reports kept for its report (it is refused anyway)
 
 # Returns (group_id, task, index) of a newly opened group, or None when the gate is closed.
 ClaimFn = Callable[[], Awaitable["tuple[int, str, Any] | None"]]
@@ -86,10 +87,17 @@ class RolloutHub:
         self.lease_timeout_s = lease_timeout_s
         self._claim = claim
         self._deliver_to = deliver
-        # policy -> (version, safetensors blob, SHA-256 checksum of the arrays)
-        self._blobs: dict[str, tuple[int, bytes, str]] = {}
+        # policy -> (version, host arrays, SHA-256 checksum of the arrays); the safetensors
+        # blob of each is made on its first download (`_blob`), so a version no worker fetches
+        # (the pod's host samplers take theirs from the trainer) is never serialised
+        self._weights: dict[str, tuple[int, Any, str]] = {}
+        self._blobs: dict[str, tuple[int, bytes]] = {}  # policy -> (version, blob) made
         self._published: dict[tuple[str, int], str] = {}  # (policy, version) -> checksum
         self._serving: dict[str, dict[str, tuple[int, str]]] = {}  # worker -> policy -> pair
+        # worker -> policy -> [first, last] runs of the versions it reported serving under the
+        # published checksum, and the (policy, version) it reported under another checksum
+        self._verified: dict[str, dict[str, list[list[int]]]] = {}
+        self._mismatched: dict[str, list[str]] = {}
         self._last_seen: dict[str, float] = {}
         self._leases: dict[int, _Lease] = {}
         self.lost_workers: list[str] = []
@@ -103,18 +111,31 @@ class RolloutHub:
 
     def publish(self, policy: str, version: int, weights: dict[str, Any],
                 checksum: str | None = None) -> None:
-        """Makes `weights` (host numpy arrays, sampler layout) the hub's `policy` at `version`.
+        """Makes `weights` (host numpy arrays, sampler layout; held, not copied, so the caller
+        must not change them) the hub's `policy` at `version`.
 
         `checksum`: `tree_digest(weights)` when the caller has it; workers check what they
         download against it (`x-checksum`) and fetch again on a mismatch.
         """
         checksum = tree_digest(weights) if checksum is None else checksum
-        self._blobs[policy] = (version, weights_to_bytes(weights), checksum)
+        self._weights[policy] = (version, weights, checksum)
+        self._blobs.pop(policy, None)
         self._published[(policy, version)] = checksum
 
     @property
     def versions(self) -> dict[str, int]:
-        return {policy: version for policy, (version, _, _) in self._blobs.items()}
+        return {policy: version for policy, (version, _, _) in self._weights.items()}
+
+    async def _blob(self, policy: str) -> tuple[int, bytes, str]:
+        """(version, safetensors bytes, checksum) of `policy`'s weights, serialised once per
+        version (off the event loop: a large model takes seconds)."""
+        version, weights, checksum = self._weights[policy]
+        made = self._blobs.get(policy)
+        if made is None or made[0] != version:
+            made = (version, await asyncio.to_thread(weights_to_bytes, weights))
+            if self._weights[policy][0] == version:  # not replaced meanwhile
+                self._blobs[policy] = made
+        return version, made[1], checksum
 
     @property
     def serves_adapters(self) -> bool:
@@ -131,15 +152,39 @@ class RolloutHub:
         return self._published.get((policy, version))
 
     def report(self) -> dict[str, Any]:
-        """Per worker seen: the group ids it claimed, and per policy the (version, checksum)
-        it last reported serving with the checksum published for that version (JSON-able)."""
+        """Per worker seen (JSON-able): the group ids it claimed; per policy the (version,
+        checksum) it last reported serving with the checksum published for that version;
+        `verified`, per policy the versions it served under the published checksum, as
+        [first, last] runs (every weight version a worker served, checked, in a few numbers);
+        `mismatched`, the "policy vVERSION" it reported under another checksum."""
         workers = set(self._serving) | set(self.groups_by_worker)
         return {w: {"groups": list(self.groups_by_worker.get(w, [])),
                     "dropped": w in self.dropped_workers,
                     "serving": {p: {"version": v, "checksum": c,
                                     "published": self.published(p, v)}
-                                for p, (v, c) in self._serving.get(w, {}).items()}}
+                                for p, (v, c) in self._serving.get(w, {}).items()},
+                    "verified": self._verified.get(w, {}),
+                    "mismatched": self._mismatched.get(w, [])}
                 for w in sorted(workers)}
+
+    def _record_serving(self, worker_id: str, serving: dict[str, tuple[int, str]]) -> None:
+        """Keeps what the worker reports serving, and checks each newly reported version
+        against the checksum published for it."""
+        before = self._serving.get(worker_id, {})
+        self._serving[worker_id] = serving
+        for policy, (version, checksum) in serving.items():
+            if before.get(policy) == (version, checksum):
+                continue
+            if self._published.get((policy, version)) != checksum:
+                mismatched = self._mismatched.setdefault(worker_id, [])
+                if len(mismatched) < MISMATCHES_KEPT:
+                    mismatched.append(f"{policy} v{version}")
+                continue
+            runs = self._verified.setdefault(worker_id, {}).setdefault(policy, [])
+            if runs and runs[-1][0] <= version <= runs[-1][1] + 1:
+                runs[-1][1] = max(runs[-1][1], version)
+            else:
+                runs.append([version, version])
 
     def _admits(self, worker_id: str) -> bool:
         """Whether the worker may claim: not dropped, or dropped while no admitted worker is
@@ -249,18 +294,18 @@ class RolloutHub:
             serving = body.get("serving")
             if isinstance(serving, dict):
                 try:
-                    self._serving[worker_id] = {str(p): (int(v), str(c))
-                                                for p, (v, c) in serving.items()}
+                    parsed = {str(p): (int(v), str(c)) for p, (v, c) in serving.items()}
                 except (TypeError, ValueError):
                     raise HTTPException(422, "'serving' maps policy -> [version, checksum]"
                                         ) from None
+                self._record_serving(worker_id, parsed)
             return {"versions": self.versions}
 
         @app.get("/api/weights")
         async def weights(policy: str = "current") -> Response:
-            if policy not in self._blobs:
+            if policy not in self._weights:
                 return JSONResponse({"detail": f"no weights for policy {policy!r}"}, 404)
-            version, blob, checksum = self._blobs[policy]
+            version, blob, checksum = await self._blob(policy)
             return Response(blob, media_type="application/octet-stream",
                             headers={"x-version": str(version), "x-checksum": checksum})
 

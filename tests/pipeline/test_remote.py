@@ -82,6 +82,70 @@ def test_hub_protocol_and_bad_input():
     asyncio.run(go())
 
 
+def test_the_hub_records_every_version_a_worker_served_and_whether_it_was_published():
+    """The report holds, per worker and policy, the versions it reported serving under the
+    published checksum (as runs) and those it reported under another; repeats count once."""
+    async def go():
+        hub, _ = _hub_with_buffer()
+        url = await hub.start()
+        async with httpx.AsyncClient(base_url=url) as http:
+            async def serve(policy_pairs):
+                await http.post("/heartbeat", json={"worker_id": "w", "serving": policy_pairs})
+
+            for version in range(4):
+                hub.publish("current", version, {"x": np.full(2, version, np.float32)})
+            hub.publish("stale", 0, {"x": np.zeros(2, np.float32)})
+            good = {v: hub.published("current", v) for v in range(4)}
+            await serve({"current": [0, good[0]], "stale": [0, hub.published("stale", 0)]})
+            await serve({"current": [1, good[1]], "stale": [0, hub.published("stale", 0)]})
+            await serve({"current": [1, good[1]]})  # a repeat: nothing new
+            await serve({"current": [2, "forged"]})
+            await serve({"current": [3, good[3]]})
+            assert (await http.post("/claim", json={"worker_id": "w"})).status_code == 200
+            await serve({"current": [2, "forged"]})  # refused claims, one record
+            assert (await http.post("/claim", json={"worker_id": "w"})).status_code == 409
+        await hub.stop()
+        return hub.report()["w"]
+
+    report = asyncio.run(go())
+    assert report["verified"] == {"current": [[0, 1], [3, 3]], "stale": [[0, 0]]}
+    assert report["mismatched"] == ["current v2", "current v2"]
+    serving = report["serving"]["current"]
+    assert serving["version"] == 2 and serving["checksum"] == "forged"
+    assert serving["published"] not in (None, "forged")
+
+
+def test_weights_are_serialised_once_per_downloaded_version_and_never_if_not_downloaded(
+        monkeypatch):
+    from agentrl_jax.pipeline import rollout_hub
+
+    made = []
+
+    def counting(weights):
+        made.append(float(weights["x"][0]))
+        return weights_to_bytes(weights)
+
+    monkeypatch.setattr(rollout_hub, "weights_to_bytes", counting)
+
+    async def go():
+        hub, _ = _hub_with_buffer()
+        url = await hub.start()
+        async with httpx.AsyncClient(base_url=url) as http:
+            for version in range(3):  # published, nobody downloads
+                hub.publish("current", version, {"x": np.full(2, version, np.float32)})
+            assert made == []
+            for _ in range(2):
+                reply = await http.get("/weights")
+                assert reply.headers["x-version"] == "2"
+                assert weights_from_bytes(reply.content)["x"].tolist() == [2.0, 2.0]
+            hub.publish("current", 3, {"x": np.full(2, 3, np.float32)})
+            assert weights_from_bytes((await http.get("/weights")).content)["x"][0] == 3
+        await hub.stop()
+
+    asyncio.run(go())
+    assert made == [2.0, 3.0]
+
+
 def test_lost_worker_groups_are_failed_not_waited_for():
     hub, buffer = _hub_with_buffer(group_size=3)
     hub._last_seen["w"] = 0.0
