@@ -32,13 +32,8 @@ from agentrl_jax.models.config import ModelConfig  # noqa: E402
 from agentrl_jax.models.decoder import Decoder  # noqa: E402
 from agentrl_jax.parallel.mesh import make_mesh  # noqa: E402
 from agentrl_jax.parallel.sharding import shard_model  # noqa: E402
-from agentrl_jax.pipeline.trainer_driver import (  # noqa: E402
-    ParamGather,
-    host,
-    onto,
-    sampler_layout,
-    stacked,
-)
+from agentrl_jax.pipeline.trainer_driver import ParamGather, host, onto  # noqa: E402
+from agentrl_jax.pipeline.weight_sync import sampler_layout, stacked  # noqa: E402
 from agentrl_jax.sampling import weights as weights_lib  # noqa: E402
 from benchmarks.machine_info import write_result  # noqa: E402
 

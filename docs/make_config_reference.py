@@ -97,6 +97,9 @@ MEANINGS: dict[str, str] = {
     "sft.seed": "order of the demonstrations",
     "sft.context_loss_weight": "loss weight of the context tokens (prompt, tools, observations); "
                                "the assistant's weigh 1, 0 = assistant tokens only",
+    "sft.copy_swap_fraction": "share of the demonstrations trained with their rare copied "
+                              "words (entities) swapped for other words of their task, "
+                              "consistently through the episode (sft/copy_swap.py); 0 = none",
     "sft.cache_dir": 'warm-started policies, by config hash; "" = the agentrl_jax cache '
                      "(~/.cache/agentrl_jax/sft)",
     # mesh
@@ -105,8 +108,14 @@ MEANINGS: dict[str, str] = {
     "mesh.sampler_devices_per_host": "every other process's first local devices that run a "
                                      "sampler of their own (claiming groups from process 0's "
                                      "rollout hub); 0 = they only train",
+    "mesh.sampler_devices_by_process": "one sampler device count per process, where hosts "
+                                       "differ (e.g. (2, 0, 4, 4)); replaces the two above; () "
+                                       "= them",
+    "mesh.sampler_tensor_parallel": "devices per sampler replica (tensor parallel within a "
+                                    "host); 0 = each process's sampler devices are one replica",
     "mesh.weight_transfer": 'how those samplers get each weight version: "device" (gathered '
-                            'layers placed device to device) or "host" (through host memory)',
+                            'layers placed device to device) or "host" (through host memory); '
+                            "LoRA adapters always go through host memory",
     "mesh.hub_host": "where process 0's rollout hub for those samplers listens; \"\" = all "
                      "interfaces, reached by process 0's host name",
     "mesh.trainer.data": "trainer mesh: data-parallel axis size (-1 = the remaining devices)",

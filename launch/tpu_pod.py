@@ -13,14 +13,17 @@ host and any free port). On one machine, without these flags, the run is one pro
 
 Steps, on every process unless marked:
   1. `jax.distributed.initialize` (multi-host; before any JAX computation)
-  2. meshes: the sampler mesh, `mesh.sampler_devices` of process 0's local devices (tensor
-     parallel; on every other process `mesh.sampler_devices_per_host` of its own, default 0),
-     and the trainer mesh, every other device (`mesh.trainer`: data × fsdp × tensor)
+  2. meshes (`pipeline.pod_layout`): sampler replicas on `mesh.sampler_devices` of process 0's
+     local devices and `mesh.sampler_devices_per_host` of every other's (or
+     `mesh.sampler_devices_by_process`), tensor parallel within a host, one replica per process
+     or `mesh.sampler_tensor_parallel` devices each; the trainer mesh is every other device
+     (`mesh.trainer`: data × fsdp × tensor)
   3. the policy from the HF directory `model.path`, sharded onto the trainer mesh (and, when the
-     loss has a KL term, a frozen bf16 reference beside it); each process with sampler devices
-     loads a second copy onto them (a follower's sampler claims groups from process 0's rollout
-     hub, whose URL process 0 sends first, and takes its weights from the trainer's gather:
-     `pipeline.host_sampler`)
+     loss has a KL term, a frozen bf16 reference beside it); each sampler replica loads its own
+     copy onto its devices. Process 0's first replica is the pipeline's engine; every other one
+     is a `pipeline.host_sampler.HostSampler` that claims groups from process 0's rollout hub
+     (whose URL process 0 sends first) and takes its weights from the trainer's gather on its
+     own process
   4. RL through the controller at `env.controller_url` (required; an AgentRL controller or
      `launch.env_fleet`), checkpointed to `run_dir/checkpoints` (a local path or a bucket URL;
      on several hosts it must be storage every host reaches); a restarted run resumes there
@@ -37,7 +40,6 @@ results and TensorBoard go to `log_dir` (default: `run_dir` when it is local); w
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -46,6 +48,7 @@ import pathlib
 import shutil
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -63,14 +66,20 @@ from agentrl_jax.experiment import rl_stage
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.hf_io import load_hf, save_hf
-from agentrl_jax.parallel.mesh import make_mesh
-from agentrl_jax.pipeline import multihost
-from agentrl_jax.pipeline.host_sampler import HostSampler
+from agentrl_jax.pipeline import multihost, pod_layout
+from agentrl_jax.pipeline.host_sampler import HostSampler, feed, replica_name
+from agentrl_jax.pipeline.pod_layout import Layout
 from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
 from agentrl_jax.pipeline.sampling_worker import make_spec
-from agentrl_jax.pipeline.trainer_driver import MultiHostDriver, TrainerDriver, onto
+from agentrl_jax.pipeline.trainer_driver import (
+    MultiHostDriver,
+    OnWeights,
+    TrainerDriver,
+    onto_each,
+)
 from agentrl_jax.rl.train_step import TrainState
 from agentrl_jax.sampling import weights as weights_lib
+from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from environments.registry import task_key
 
 log = logging.getLogger("launch.tpu_pod")
@@ -123,12 +132,16 @@ def check_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError("mesh.sampler_devices must be at least 1")
     if int(config.mesh.sampler_devices_per_host) < 0:
         raise ValueError("mesh.sampler_devices_per_host must be 0 or more")
+    by_process = tuple(config.mesh.sampler_devices_by_process)
+    if by_process and (int(by_process[0]) < 1 or min(int(n) for n in by_process) < 0):
+        raise ValueError(f"mesh.sampler_devices_by_process={by_process}: process 0 samples on "
+                         "at least 1 device, every other on 0 or more")
+    if int(config.mesh.sampler_tensor_parallel) < 0:
+        raise ValueError("mesh.sampler_tensor_parallel must be 0 (one replica per process) or "
+                         "more")
     if config.mesh.weight_transfer not in ("device", "host"):
         raise ValueError(f"mesh.weight_transfer must be device or host, not "
                          f"{config.mesh.weight_transfer!r}")
-    if int(config.mesh.sampler_devices_per_host) and config.rl.trainer.lora.enabled:
-        raise ValueError("mesh.sampler_devices_per_host > 0 takes full weights: not with LoRA "
-                         "yet (set it to 0)")
     if config.rl.pipeline.mode != "async" and config.rl.pipeline.mode != "sync":
         raise ValueError(f"rl.pipeline.mode must be async or sync, not {config.rl.pipeline.mode}")
 
@@ -142,45 +155,7 @@ def log_dir_of(config: ml_collections.ConfigDict) -> pathlib.Path:
     return pathlib.Path(config.run_dir)
 
 
-# ----------------------------------------------------------------------------- meshes
-
-
-@dataclasses.dataclass
-class Layout:
-    trainer: Mesh  # global: every process holds some of its devices
-    sampler: Mesh | None  # this process's own sampler devices; None where it has none
-
-
-def sampler_count(mesh_config: ml_collections.ConfigDict, process: int) -> int:
-    """How many of `process`'s own devices sample: `mesh.sampler_devices` on the leader,
-    `mesh.sampler_devices_per_host` (0: it only trains) on every other process."""
-    if process == multihost.LEADER:
-        return int(mesh_config.sampler_devices)
-    return int(mesh_config.sampler_devices_per_host)
-
-
-def build_layout(mesh_config: ml_collections.ConfigDict) -> Layout:
-    """Splits the devices: each process's sampler takes the first `sampler_count` of its own
-    devices (one tensor-parallel replica), the trainer every other device of every process."""
-    sampler_devices = []
-    for process in range(jax.process_count()):
-        own = [d for d in jax.devices() if d.process_index == process]
-        n = sampler_count(mesh_config, process)
-        if process == multihost.LEADER and not 0 < n < len(own):
-            raise ValueError(
-                f"mesh.sampler_devices={n}: process 0 has {len(own)} devices and must keep at "
-                "least one for the trainer (it takes part in every train step)")
-        if n >= len(own):
-            raise ValueError(
-                f"mesh.sampler_devices_per_host={n}: process {process} has {len(own)} devices "
-                "and must keep at least one for the trainer (it takes part in every train step)")
-        sampler_devices += own[:n]
-    trainer_devices = [d for d in jax.devices() if d not in sampler_devices]
-    t = mesh_config.trainer
-    trainer = make_mesh(data=t.data, fsdp=t.fsdp, tensor=t.tensor, devices=trainer_devices)
-    mine = [d for d in sampler_devices if d.process_index == jax.process_index()]
-    sampler = make_mesh(data=1, fsdp=1, tensor=len(mine), devices=mine) if mine else None
-    return Layout(trainer=trainer, sampler=sampler)
+# ----------------------------------------------------------------------------- samplers
 
 
 def _dtype(name: str | None) -> Any:
@@ -241,50 +216,91 @@ def copy_files(local: pathlib.Path, url: str) -> None:
             (destination / path.name).write_bytes(path.read_bytes())
 
 
-def samplers_on_followers(config: ml_collections.ConfigDict) -> bool:
-    """Whether the followers sample too (then the leader runs a rollout hub for them)."""
-    return jax.process_count() > 1 and int(config.mesh.sampler_devices_per_host) > 0
-
-
 def load_sampler_policy(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
                         mesh: Mesh, tokenizer: Any) -> policy_lib.Policy:
-    """The sampler's own copy, on its own devices: parameters as the trainer's (so weight
+    """A sampler replica's own copy, on its own devices: parameters as the trainer's (so weight
     updates keep shapes and dtypes, hence compile nothing), compute in `model.dtype`."""
     model = load_hf(policy_dir, mesh=mesh,
                     **({"dtype": _dtype(config.model.dtype)} if config.model.dtype else {}))
     return policy_lib.Policy(model, tokenizer, config.model.parser)
 
 
+def replica_engines(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
+                    meshes: list[Mesh], tokenizer: Any
+                    ) -> tuple[list[AsyncSamplingEngine], list[Any]]:
+    """One engine (not started) per sampler mesh, each over its own copy of the policy, and
+    the shardings of each one's weights (where a device-to-device placement puts them)."""
+    engines, shardings = [], []
+    for mesh in meshes:
+        policy = load_sampler_policy(config, policy_dir, mesh, tokenizer)
+        engines.append(rl_stage.make_engine(config.rl, policy, mesh=mesh))
+        shardings.append(weights_lib.weight_shardings(policy.model, mesh))
+    return engines, shardings
+
+
+def start_host_samplers(config: ml_collections.ConfigDict, hub_url: str,
+                        engines: list[AsyncSamplingEngine], first_replica: int, *, device: bool,
+                        into: list[HostSampler]) -> None:
+    """A started `HostSampler` per engine, claiming from the hub at `hub_url`, appended to
+    `into` (the list this process's `host_sampler.feed` hands the weights to)."""
+    for i, engine in enumerate(engines):
+        sampler = HostSampler(
+            hub_url, engine, device=device,
+            worker_id=replica_name(jax.process_index(), first_replica + i),
+            concurrency=max(1, int(config.rl.engine.max_batch)
+                            // int(config.rl.pipeline.group_size)),
+            seed=int(config.seed) + 1000 * jax.process_index() + first_replica + i)
+        sampler.start()
+        into.append(sampler)
+
+
+def device_transfer(config: ml_collections.ConfigDict) -> bool:
+    """Whether host samplers take gathered layers device to device: `mesh.weight_transfer`,
+    except with LoRA, whose adapters (a few MB) go through host memory."""
+    return config.mesh.weight_transfer == "device" and not config.rl.trainer.lora.enabled
+
+
 def hub_settings(config: ml_collections.ConfigDict, policy: policy_lib.Policy, engine,
                  policy_dir: pathlib.Path) -> HubSettings:
-    """What the leader's rollout hub serves the followers' samplers."""
+    """What the leader's rollout hub serves the host samplers (with LoRA, `rl_stage.run_rl`
+    adds the adapters' base once the trainer exists)."""
     spec = make_spec(policy.model.cfg, str(policy_dir), config.env.controller_url,
                      engine.engine.config,
                      rl_stage.agent_spec(config.rl, policy, config.rl.pipeline.stale_policy_ratio))
     return HubSettings(spec)
 
 
-def hub_starter(config: ml_collections.ConfigDict, channel: multihost.Channel):
-    """Starts the pipeline's hub on its event loop and sends the followers its URL as they
-    reach it (`mesh.hub_host`, default this host's name): the set-up message."""
+def hub_starter(config: ml_collections.ConfigDict, layout: Layout,
+                channel: multihost.Channel | None, start_own: Callable[[str], None]):
+    """Starts the pipeline's hub on its event loop; sends the followers its URL as they reach
+    it (`mesh.hub_host`, default this host's name; the set-up message) when any of them
+    samples; then `start_own(url)` starts the leader's own host samplers (loopback)."""
 
     async def start(hub: RolloutHub) -> None:
         bind = config.mesh.hub_host or "0.0.0.0"
         url = await hub.start(host=bind)
-        if not config.mesh.hub_host:
-            url = url.replace(f"//{bind}:", f"//{socket.getfqdn()}:")
-        channel.send(SETUP, {"hub": url})
+        if layout.followers_sample:
+            assert channel is not None, "followers sample only in a multi-process run"
+            reached = url if config.mesh.hub_host else url.replace(
+                f"//{bind}:", f"//{socket.getfqdn()}:")
+            channel.send(SETUP, {"hub": reached})
+        start_own(url.replace("//0.0.0.0:", "//127.0.0.1:"))
 
     return start
 
 
 async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
                model: Decoder, reference: Decoder | None,
-               make_driver: rl_stage.DriverFactory,
+               make_driver: Callable[..., TrainerDriver],
                channel: multihost.Channel | None = None) -> rl_stage.RLResult:
-    """Process 0: sampler, controller, the RL pipeline, evaluation and export; with samplers
-    on the followers, their rollout hub, whose URL goes to them over `channel` (the set-up
-    message) and whose record is written to `log_dir/rollout_hub.json` at the end."""
+    """Process 0: its first sampler replica in process, the controller, the RL pipeline,
+    evaluation and export. With more replicas (its own further ones, the followers'), their
+    rollout hub, whose URL goes to the followers over `channel` (the set-up message), and
+    whose record is written to `log_dir/rollout_hub.json` at the end; the leader's further
+    replicas take each weight version from its driver (`on_weights`). On several processes
+    (`mesh.weight_transfer="device"`, no LoRA) the trainer's gather is placed on every replica
+    of this host device to device, the first's copy going to the pipeline as `PlacedWeights`;
+    otherwise the weights come through this host's memory."""
     log_dir = log_dir_of(config)
     log_dir.mkdir(parents=True, exist_ok=True)
     (log_dir / "config.json").write_text(config.to_json(indent=1, sort_keys=True))
@@ -293,13 +309,25 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
 
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     policy = policy_lib.Policy(model, tokenizer, config.model.parser)
-    sampler_policy = load_sampler_policy(config, policy_dir, layout.sampler, tokenizer)
+    first, *further = layout.samplers
+    sampler_policy = load_sampler_policy(config, policy_dir, first, tokenizer)
+    extra_engines, extra_shardings = replica_engines(config, policy_dir, further, tokenizer)
+    own: list[HostSampler] = []
+    # Several processes: the trainer's gather lands on every replica of this host, device to
+    # device (one process: the local driver's device copy goes to the replicas' own devices).
+    device = channel is not None and device_transfer(config)
+    if device:
+        shardings = [weights_lib.weight_shardings(sampler_policy.model, first), *extra_shardings]
+        make_driver = functools.partial(make_driver, place=onto_each(shardings))
     try:
-        with rl_stage.make_engine(config.rl, sampler_policy, mesh=layout.sampler) as engine:
+        with rl_stage.make_engine(config.rl, sampler_policy, mesh=first) as engine:
             remote = start_hub = None
-            if samplers_on_followers(config):
+            if layout.needs_hub:
                 remote = hub_settings(config, policy, engine, policy_dir)
-                start_hub = hub_starter(config, channel)
+                start_hub = hub_starter(config, layout, channel, lambda url: start_host_samplers(
+                    config, url, extra_engines, 1, device=device, into=own))
+                make_driver = functools.partial(make_driver,
+                                                on_weights=feed(own, device=device, first=1))
             async with ControllerClient(config.env.controller_url) as client:
                 if config.eval.before_rl:
                     await evaluate(config, policy, engine, client, "eval_before", log_dir,
@@ -316,11 +344,15 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
                           f"{values.get('success', 0):.3f} grad_norm "
                           f"{values.get('grad_norm', float('nan')):.3g}", flush=True)
 
-                result = await rl_stage.run_rl(
-                    config.rl, policy=policy, engine=engine, trainer_mesh=layout.trainer,
-                    client=client, task_indices=tasks, run_dir=config.run_dir,
-                    metrics=metrics, on_step=on_step, reference=reference,
-                    make_driver=make_driver, remote=remote, start_hub=start_hub)
+                try:
+                    result = await rl_stage.run_rl(
+                        config.rl, policy=policy, engine=engine, trainer_mesh=layout.trainer,
+                        client=client, task_indices=tasks, run_dir=config.run_dir,
+                        metrics=metrics, on_step=on_step, reference=reference,
+                        make_driver=make_driver, remote=remote, start_hub=start_hub)
+                finally:
+                    for sampler in own:
+                        sampler.stop()
                 if result.hub is not None:
                     (log_dir / "rollout_hub.json").write_text(
                         json.dumps(result.hub.report(), indent=1))
@@ -342,42 +374,38 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
 def follow(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
            model: Decoder, reference: Decoder | None,
            channel: multihost.Channel) -> TrainState:
-    """A follower: trains with the leader (`rl_stage.follow_rl`); with sampler devices of its
+    """A follower: trains with the leader (`rl_stage.follow_rl`); with sampler replicas of its
     own, also samples there (`pipeline.host_sampler`), claiming groups from the leader's hub
-    (its URL comes with the set-up message) and installing the weights it gathers with the
-    trainer, device to device (`mesh.weight_transfer="device"`) or through host memory."""
+    (its URL comes with the set-up message, which every follower receives when any samples)
+    and installing the weights it gathers with the trainer, device to device
+    (`mesh.weight_transfer="device"`: one placed copy per replica) or through host memory."""
     samplers: list[HostSampler] = []
-    place = start = None
-    if samplers_on_followers(config):
+    engines: list[AsyncSamplingEngine] = []
+    device = device_transfer(config)
+    place = None
+    if layout.samplers:
         from transformers import AutoTokenizer
 
-        sampler_policy = load_sampler_policy(config, policy_dir, layout.sampler,
+        engines, shardings = replica_engines(config, policy_dir, layout.samplers,
                                              AutoTokenizer.from_pretrained(policy_dir))
-        engine = rl_stage.make_engine(config.rl, sampler_policy, mesh=layout.sampler)
-        device = config.mesh.weight_transfer == "device"
         if device:
-            place = onto(weights_lib.weight_shardings(sampler_policy.model, layout.sampler))
+            place = onto_each(shardings)
 
-        def start():  # once the trainer is set up: the leader's hub is up and sends its URL
-            setup = channel.receive()
-            if setup.kind != SETUP:
-                raise RuntimeError(f"expected the leader's {SETUP!r} message, got "
-                                   f"{setup.kind!r}")
-            sampler = HostSampler(
-                setup.meta["hub"], engine, device=device,
-                worker_id=f"process{jax.process_index()}",
-                concurrency=max(1, int(config.rl.engine.max_batch)
-                                // int(config.rl.pipeline.group_size)),
-                seed=int(config.seed) + jax.process_index())
-            sampler.start()
-            samplers.append(sampler)
-            return sampler.receive
+    def start() -> OnWeights | None:  # once the trainer is set up: the hub is up, sends its URL
+        setup = channel.receive()
+        if setup.kind != SETUP:
+            raise RuntimeError(f"expected the leader's {SETUP!r} message, got {setup.kind!r}")
+        if not engines:
+            return None  # this process only trains; it took part in the broadcast
+        start_host_samplers(config, setup.meta["hub"], engines, 0, device=device, into=samplers)
+        return feed(samplers, device)
 
     make_driver = functools.partial(MultiHostDriver, channel=channel, place=place)
     try:
         return rl_stage.follow_rl(config.rl, model=model, trainer_mesh=layout.trainer,
                                   run_dir=config.run_dir, make_driver=make_driver,
-                                  reference=reference, sampler=start)
+                                  reference=reference,
+                                  sampler=start if layout.followers_sample else None)
     finally:
         for sampler in samplers:
             sampler.stop()
@@ -390,10 +418,10 @@ def run(config: ml_collections.ConfigDict) -> TrainState:
     """Runs this process's part of the job (after `multihost.initialize`); returns its final
     train state (on several processes, each holds its own shards)."""
     check_config(config)
-    layout = build_layout(config.mesh)
+    layout = pod_layout.build_layout(config.mesh)
     policy_dir = policy_lib.pretrained_dir(config.model)
     model, reference = load_trainer_models(config, policy_dir, layout.trainer)
-    make_driver: rl_stage.DriverFactory = TrainerDriver
+    make_driver: Callable[..., TrainerDriver] = TrainerDriver
     channel = None
     if jax.process_count() > 1:
         channel = multihost.Channel(layout.trainer.devices.flat)

@@ -33,8 +33,10 @@ from agentrl_jax.models import lora
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline import curriculum, runner
 from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
+from agentrl_jax.pipeline.sampling_worker import adapter_spec
 from agentrl_jax.pipeline.trainer_driver import (
     MultiHostDriver,
+    OnWeights,
     TrainerDriver,
     Training,
     open_training,
@@ -170,6 +172,12 @@ async def run_rl(
             if on_step is not None:
                 on_step(report)
 
+        if remote is not None and training.trainer.lora is not None and (
+                "adapters" not in remote.spec):
+            # The adapters' base is known only now, with the trainer (its fingerprint); workers
+            # load it from the spec's model source (the directory its tokenizer comes from).
+            remote = dataclasses.replace(remote, spec={**remote.spec, "adapters": adapter_spec(
+                training.trainer, remote.spec["tokenizer"])})
         pipeline = runner.RLPipeline(
             pcfg, client=client, engine=engine, trainer=driver,
             agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
@@ -198,7 +206,7 @@ def follow_rl(
     run_dir: str | os.PathLike,
     make_driver: Callable[[Training], MultiHostDriver],
     reference: Decoder | None = None,
-    sampler: Callable[[], Callable[[Any, int | None], None]] | None = None,
+    sampler: Callable[[], OnWeights] | None = None,
 ) -> train_step.TrainState:
     """A follower's side of `run_rl` on several hosts: the same training set-up (so the same
     trainer-mesh calls in the same order), then the driver's `serve` until the leader is done.

@@ -14,9 +14,17 @@ worker holds, it installs it; it reports the checksum of what it installed
 (`tree_digest.layered_digest`, equal to the `tree_digest` the leader published exactly when
 the arrays are the same), so the hub refuses its claims if the placement corrupted anything.
 
+With LoRA the engine is an `AdapterSamplingEngine` over the base this process loaded, and
+what arrives is the adapters alone, through host memory (a few MB, next to the full weights
+that go device to device); the engine places them and installs them only if the placed arrays
+have the checksum of what the trainer gathered (`AdapterSamplingEngine.receive`).
+
+Several replicas on one host are several `HostSampler`s, each with its own engine on its own
+devices (`launch.tpu_pod`); the leader's replicas beyond its first one take their weights from
+the leader's driver (`TrainerDriver(on_weights=...)`) the same way.
+
 The worker runs its own event loop on a background thread (`start`, `stop`), because the
 process's main thread is inside the driver's `serve` loop, blocked in trainer collectives.
-Full weights only: a LoRA trainer's adapters are not yet placed this way.
 """
 
 from __future__ import annotations
@@ -29,12 +37,37 @@ from typing import Any
 import httpx
 
 from agentrl_jax.pipeline.sampling_worker import SamplingWorker
-from agentrl_jax.pipeline.trainer_driver import sampler_layout
+from agentrl_jax.pipeline.trainer_driver import OnWeights
+from agentrl_jax.pipeline.weight_sync import replica_of, sampler_layout
 from agentrl_jax.rollout.cross_policy import TRAINED_POLICY
+from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from agentrl_jax.tree_digest import layered_digest, tree_digest
 
 log = logging.getLogger(__name__)
+
+
+def replica_name(process: int, replica: int) -> str:
+    """A sampler replica's worker id at the hub: its process and its index there."""
+    return f"process{process}-{replica}"
+
+
+def feed(samplers: list[HostSampler], device: bool, first: int = 0) -> OnWeights:
+    """The `on_weights` of a process whose `samplers` (filled in as they start) take each
+    gathered weight version: with `device`, an `onto_each` gather, one copy per replica, the
+    samplers' from replica `first` on (the leader's replica 0 is the pipeline's engine);
+    otherwise one host (or trainer-device) tree they share, digested once."""
+
+    def on_weights(placed: Any, version: int | None) -> None:
+        if device:
+            for index, sampler in enumerate(samplers):
+                sampler.receive(replica_of(placed, first + index), version)
+        elif samplers:
+            checksum = tree_digest(placed)
+            for sampler in samplers:
+                sampler.receive(placed, version, checksum)
+
+    return on_weights
 
 
 class HostSampler(SamplingWorker):
@@ -56,14 +89,16 @@ class HostSampler(SamplingWorker):
 
     # ---- the trainer driver's side (the serve thread) -------------------------------------
 
-    def receive(self, placed: Any, version: int | None) -> None:
-        """`MultiHostDriver.serve`'s `on_weights`: keeps weight `version` for installing."""
+    def receive(self, placed: Any, version: int | None, checksum: str | None = None) -> None:
+        """`MultiHostDriver.serve`'s `on_weights`: keeps weight `version` for installing.
+        `checksum`: the placed arrays' digest when the caller computed it already (host
+        arrays that several replicas share)."""
         if version is None:
             raise ValueError("the leader named no weight version")
         if self._device:
             checksum, weights = layered_digest(placed), sampler_layout(placed)
         else:
-            checksum, weights = tree_digest(placed), placed
+            checksum, weights = checksum or tree_digest(placed), placed
         with self._lock:
             self._received = (int(version), checksum, weights)
 
@@ -71,9 +106,11 @@ class HostSampler(SamplingWorker):
 
     async def build_engine(self, hub: httpx.AsyncClient, spec: dict[str, Any]
                            ) -> AsyncSamplingEngine:
-        if "adapters" in spec:
-            raise ValueError("a host sampler takes full weights; LoRA adapters are not placed "
-                             "from the trainer yet")
+        if ("adapters" in spec) != isinstance(self._engine, AdapterSamplingEngine):
+            raise ValueError("the hub's spec and this host's engine disagree on LoRA (adapters "
+                             "need an AdapterSamplingEngine, full weights a plain one)")
+        if self._device and isinstance(self._engine, AdapterSamplingEngine):
+            raise ValueError("adapters reach a host sampler through host memory (device=False)")
         return self._engine
 
     async def heartbeat(self, hub: httpx.AsyncClient, engine: AsyncSamplingEngine) -> None:
@@ -94,7 +131,13 @@ class HostSampler(SamplingWorker):
         if received is None or received[0] != version:
             return False
         _, checksum, weights = received
-        if self._device:
+        if isinstance(engine, AdapterSamplingEngine):  # verified: installed only if intact
+            served_version, checksum = await engine.receive(policy, version, weights, checksum)
+            if served_version != version:
+                log.warning("host sampler %s: adapters %s v%d refused by the engine (placed "
+                            "checksum %s)", self.worker_id, policy, version, checksum[:12])
+                return False
+        elif self._device:
             await engine.install(policy, version, weights)
         else:
             await engine.update_params(weights, version, policy=policy)

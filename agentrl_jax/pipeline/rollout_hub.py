@@ -109,15 +109,21 @@ class RolloutHub:
 
     # ---- trainer side ---------------------------------------------------------------------
 
-    def publish(self, policy: str, version: int, weights: dict[str, Any],
+    def publish(self, policy: str, version: int,
+                weights: dict[str, Any] | Callable[[], dict[str, Any]],
                 checksum: str | None = None) -> None:
         """Makes `weights` (host numpy arrays, sampler layout; held, not copied, so the caller
-        must not change them) the hub's `policy` at `version`.
+        must not change them) the hub's `policy` at `version`. `weights` may instead be a
+        function that makes them, called on the first download (weights that live on a
+        sampler's devices: no host copy unless a worker asks); then `checksum` is required.
 
         `checksum`: `tree_digest(weights)` when the caller has it; workers check what they
         download against it (`x-checksum`) and fetch again on a mismatch.
         """
-        checksum = tree_digest(weights) if checksum is None else checksum
+        if checksum is None:
+            if callable(weights):
+                raise ValueError("weights published as a function need their checksum")
+            checksum = tree_digest(weights)
         self._weights[policy] = (version, weights, checksum)
         self._blobs.pop(policy, None)
         self._published[(policy, version)] = checksum
@@ -132,7 +138,8 @@ class RolloutHub:
         version, weights, checksum = self._weights[policy]
         made = self._blobs.get(policy)
         if made is None or made[0] != version:
-            made = (version, await asyncio.to_thread(weights_to_bytes, weights))
+            made = (version, await asyncio.to_thread(
+                lambda: weights_to_bytes(weights() if callable(weights) else weights)))
             if self._weights[policy][0] == version:  # not replaced meanwhile
                 self._blobs[policy] = made
         return version, made[1], checksum

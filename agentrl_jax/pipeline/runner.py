@@ -39,7 +39,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import jax
 import ml_collections
 
 from agentrl_jax import episode
@@ -51,7 +50,7 @@ from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, ro
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
 from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
 from agentrl_jax.pipeline.trainer_driver import TrainerDriver
-from agentrl_jax.pipeline.weight_sync import snapshot, sync_weights
+from agentrl_jax.pipeline.weight_sync import snapshot, sync_weights, weights_nbytes
 from agentrl_jax.rl.train_step import Trainer, TrainState
 from agentrl_jax.rollout.agent_loop import AgentSpec, play_group
 from agentrl_jax.rollout.cross_policy import STALE_POLICY
@@ -254,7 +253,7 @@ class RLPipeline:
             weights = snapshot(self.trainer, state)
         updated = await sync_weights(self.engine, self.trainer, state, version,
                                      stale_every=stale_every, hub=self.hub, weights=weights)
-        return updated, sum(x.nbytes for x in jax.tree.leaves(weights))
+        return updated, weights_nbytes(weights)
 
     def _stale_every(self) -> int | None:
         return self.config.stale_every if self.config.stale_policy_ratio > 0 else None

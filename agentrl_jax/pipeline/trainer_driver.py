@@ -47,10 +47,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from agentrl_jax.checkpoint import CheckpointManager
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline import multihost
-from agentrl_jax.pipeline.weight_sync import snapshot
+from agentrl_jax.pipeline.weight_sync import (
+    PlacedWeights,
+    replica_of,
+    snapshot,
+    stacked,
+)
 from agentrl_jax.rl.batch import TrainBatch
 from agentrl_jax.rl.train_step import Trainer, TrainState
 from agentrl_jax.sampling.weights import Weights, weights_of
+from agentrl_jax.tree_digest import layered_digest
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +85,16 @@ def onto(shardings: Any) -> Place:
     return place
 
 
-def sampler_layout(gathered: Weights) -> Any:
-    """Gathered `Weights` (stacked leaves as lists of layers) in the sampler's per-layer layout
-    (`sampling.weights.SamplerWeights`), which `SamplingEngine.install` takes as it is."""
-    layers = gathered["layers"]
-    count = len(next(iter(layers.values())))
-    return {**gathered, "layers": tuple({name: pieces[i] for name, pieces in layers.items()}
-                                        for i in range(count))}
+def onto_each(shardings: list[Any]) -> Place:
+    """`onto` for several samplers on this process's devices: each piece becomes a tuple, one
+    placed copy per replica (`replica_of` takes one replica's tree back out)."""
+    places = [onto(s) for s in shardings]
+
+    def place(piece: jax.Array, path: tuple, layer: int | None) -> tuple[jax.Array, ...]:
+        return tuple(p(piece, path, layer) for p in places)
+
+    return place
+
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -178,21 +187,24 @@ class ParamGather:
         return jax.tree_util.tree_map_with_path(one, tree)
 
 
-def stacked(gathered: Any) -> Any:
-    """`ParamGather` output on the host back in the parameters' layout (layers stacked)."""
-    return jax.tree.map(lambda x: np.stack(x) if isinstance(x, list) else x, gathered,
-                        is_leaf=lambda x: isinstance(x, list))
-
-
 # ----------------------------------------------------------------------------- drivers
 
 
-class TrainerDriver:
-    """The trainer as the pipeline drives it (see the module docstring); this process only."""
+# (this process's weights of a `weights` call, the weight version) -> None: samplers on this
+# process beyond the pipeline's own engine (`pipeline.host_sampler.HostSampler.receive`)
+OnWeights = Callable[[Any, "int | None"], None]
 
-    def __init__(self, training: Training):
+
+class TrainerDriver:
+    """The trainer as the pipeline drives it (see the module docstring); this process only.
+
+    `on_weights`: also handed what each `weights` call returns, with its version.
+    """
+
+    def __init__(self, training: Training, on_weights: OnWeights | None = None):
         self._trainer = training.trainer
         self._ckpt = training.checkpoints
+        self._on_weights = on_weights
 
     # ---- what the pipeline reads of the trainer -------------------------------------------
 
@@ -221,7 +233,12 @@ class TrainerDriver:
     def weights(self, state: TrainState, version: int | None = None) -> Weights:
         """What the samplers serve of `state` (as weight `version`): sampler-layout weights,
         with LoRA the adapters; independent of `state`'s buffers, which the next step donates."""
-        return snapshot(self._trainer, state)
+        return self._handed_on(snapshot(self._trainer, state), version)
+
+    def _handed_on(self, weights: Any, version: int | None) -> Any:
+        if self._on_weights is not None:
+            self._on_weights(weights, version)
+        return weights
 
     def save(self, step: int, state: TrainState, *, bookkeeping: dict[str, Any]) -> None:
         """Starts an asynchronous checkpoint save of `state` at `step`."""
@@ -250,12 +267,13 @@ class MultiHostDriver(TrainerDriver):
     """Every process's driver in a `jax.distributed` run: the leader announces, all perform.
 
     `place`: where this process keeps the gathered weights of `weights` (default `host`; a
-    process with sampler chips of its own passes a device placement). Followers call `serve`.
+    process with sampler chips of its own passes a device placement). Followers call `serve`
+    (whose `on_weights` is theirs; the constructor's is the leader's).
     """
 
     def __init__(self, training: Training, channel: multihost.Channel,
-                 place: Place | None = None):
-        super().__init__(training)
+                 place: Place | None = None, on_weights: OnWeights | None = None):
+        super().__init__(training, on_weights)
         self._channel = channel
         self._gather = ParamGather()
         self._place = place
@@ -269,10 +287,16 @@ class MultiHostDriver(TrainerDriver):
         return self._do_step(state, micro_batches, num_loss_tokens)
 
     def weights(self, state: TrainState, version: int | None = None) -> Any:
-        """The gathered weights in this process's `place` (default host memory); `version`
-        travels to the followers' `on_weights`."""
+        """The gathered weights in this process's `place`: host arrays (default), or with an
+        `onto_each` placement over the leader's replicas, the first one's copy as
+        `PlacedWeights` (the pipeline's engine) while `on_weights` receives every copy;
+        `version` travels to the followers' `on_weights`."""
         self._announce("weights", {"version": version})
-        return self._do_weights(state, keep=True)
+        gathered = self._handed_on(self._do_weights(state, keep=True), version)
+        if self._place in (None, host) or self.lora is not None:
+            return gathered
+        first = replica_of(gathered, 0)
+        return PlacedWeights(first, layered_digest(first))
 
     def save(self, step, state, *, bookkeeping):
         self._announce("save", {"step": int(step), "bookkeeping": bookkeeping})
@@ -299,7 +323,7 @@ class MultiHostDriver(TrainerDriver):
     # ---- followers ------------------------------------------------------------------------
 
     def serve(self, state: TrainState,
-              on_weights: Callable[[Any, int | None], None] | None = None) -> TrainState:
+              on_weights: OnWeights | None = None) -> TrainState:
         """A follower's loop: performs what the leader announces, until `finish` (after which
         it gathers the final parameters with the leader) and then `done`.
 

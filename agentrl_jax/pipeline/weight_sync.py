@@ -15,6 +15,10 @@ serves. `deliver` retries a lost or refused update and fails loudly after `attem
 sampler can never go on serving old or corrupted weights under a new version number. Workers
 behind the hub verify what they download against the same checksum and report what they serve
 (`pipeline.rollout_hub`).
+
+On a pod the trainer's gather (`pipeline.trainer_driver.ParamGather`) leaves stacked leaves as
+lists of layers: `stacked` and `sampler_layout` turn that into the host layout and the engine's
+per-layer layout; `PlacedWeights` is such a gather already on the in-process sampler's devices.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agentrl_jax.pipeline.rollout_hub import RolloutHub
 from agentrl_jax.rl.train_step import Trainer, TrainState
@@ -94,6 +99,54 @@ def snapshot(trainer: Trainer | TrainerDriver, state: TrainState):
     return jax.tree.map(jnp.copy, weights_of(trainer.model(state.params)))
 
 
+def sampler_layout(gathered: Weights) -> Any:
+    """Gathered `Weights` (stacked leaves as lists of layers) in the sampler's per-layer layout
+    (`sampling.weights.SamplerWeights`), which `SamplingEngine.install` takes as it is."""
+    layers = gathered["layers"]
+    count = len(next(iter(layers.values())))
+    return {**gathered, "layers": tuple({name: pieces[i] for name, pieces in layers.items()}
+                                        for i in range(count))}
+
+
+def stacked(gathered: Any) -> Any:
+    """`ParamGather` output on the host back in the parameters' layout (layers stacked)."""
+    return jax.tree.map(lambda x: np.stack(x) if isinstance(x, list) else x, gathered,
+                        is_leaf=lambda x: isinstance(x, list))
+
+
+def replica_of(placed: Any, index: int) -> Any:
+    """Replica `index`'s tree of an `onto_each` gather."""
+    return jax.tree.map(lambda copies: copies[index], placed,
+                        is_leaf=lambda x: isinstance(x, tuple))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacedWeights:
+    """One weight version gathered straight onto the in-process sampler's devices (what a
+    leader with `place` hands the pipeline): the engine installs `layout()` as it is, the hub
+    publishes `checksum` and makes `host()` only if an out-of-process worker downloads it."""
+
+    tree: Any  # `ParamGather` output placed by `onto` (stacked leaves as lists of layers)
+    checksum: str  # `tree_digest.layered_digest(tree)`: the published `tree_digest` of `host()`
+
+    def layout(self) -> Any:
+        return sampler_layout(self.tree)
+
+    def host(self) -> Weights:
+        return stacked(jax.device_get(self.tree))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(x.nbytes for x in jax.tree.leaves(self.tree))
+
+
+def weights_nbytes(weights: Any) -> int:
+    """Bytes of one weight update as a driver's `weights` returns it."""
+    if isinstance(weights, PlacedWeights):
+        return weights.nbytes
+    return sum(x.nbytes for x in jax.tree.leaves(weights))
+
+
 async def sync_weights(
     engine: AsyncSamplingEngine | None,
     trainer: Trainer | TrainerDriver,
@@ -108,7 +161,8 @@ async def sync_weights(
     hub of out-of-process samplers; returns the policies updated.
 
     `weights`: the sampler-layout weights of `state` when the caller has them already (a
-    multi-host leader gathers them to its host, `pipeline.multihost`); default a device copy.
+    multi-host leader gathers them to its host, or as `PlacedWeights` straight onto the
+    sampler's devices, which the engine installs as they are); default a device copy.
     An engine with a `receive` method (`AdapterSamplingEngine`) gets verified delivery.
     """
     if hub is not None and hub.serves_adapters != (trainer.lora is not None):
@@ -120,6 +174,13 @@ async def sync_weights(
     updated = [TRAINED_POLICY]
     if stale_every and version % stale_every == 0:
         updated.append(STALE_POLICY)
+    if isinstance(weights, PlacedWeights):  # on the sampler's devices already, digested there
+        for policy in updated:
+            if engine is not None:
+                await engine.install(policy, version, weights.layout())
+            if hub is not None:
+                hub.publish(policy, version, weights.host, checksum=weights.checksum)
+        return updated
     receive = getattr(engine, "receive", None)  # an adapter engine verifies what it installs
     update = (WeightUpdate.of(version, weights) if receive is not None or hub is not None
               else None)

@@ -23,10 +23,12 @@ fleet names them e.g. `dbbench-env_train` / `dbbench-std`:
     --config.env.tasks="('alfworld','dbbench','kg','os','webshop')" \
     --config.env.train_split=env_train --config.env.test_split=std
 
-Devices (`mesh`): process 0's first `sampler_devices` local devices run the sampling engine
-(tensor parallel; process 0 must keep one for the trainer); with `sampler_devices_per_host`,
-the first that many devices of every other host run a sampler of their own too (an engine and
-rollout workers claiming groups from process 0's rollout hub); every other device of the slice
+Devices (`mesh`, `pipeline.pod_layout`): process 0's first `sampler_devices` local devices run
+the sampling engine (tensor parallel; process 0 must keep one for the trainer); with
+`sampler_devices_per_host` (or `sampler_devices_by_process`, one count per process), the first
+that many devices of every other host run samplers of their own too (engines and rollout
+workers claiming groups from process 0's rollout hub), one replica per process or, with
+`sampler_tensor_parallel`, replicas of that many devices each; every other device of the slice
 trains (`mesh.trainer`: data × fsdp × tensor, one size -1 = the rest). The model files set sizes
 for hosts of 4 chips with ~95 GB each (TPU v5p); the sampler holds fp32 parameters (the
 trainer's dtype, so weight updates never recompile) and computes in `model.dtype`.
@@ -62,10 +64,14 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
 
     c.mesh = ml_collections.ConfigDict(dict(
         sampler_devices=1,
-        # Each other host's own sampler devices (0: it only trains), their weights placed
-        # device to device ("device") or through host memory ("host"); their rollout hub
-        # listens on the leader at `hub_host` (default: all interfaces, named by host name).
+        # Each other host's own sampler devices (0: it only trains), or one count per process
+        # where hosts differ; replicas of `sampler_tensor_parallel` devices (0: one per
+        # process); their weights placed device to device ("device") or through host memory
+        # ("host"); their rollout hub listens on the leader at `hub_host` (default: all
+        # interfaces, named by host name).
         sampler_devices_per_host=0,
+        sampler_devices_by_process=(),
+        sampler_tensor_parallel=0,
         weight_transfer="device",
         hub_host="",
         trainer=dict(data=1, fsdp=-1, tensor=1),

@@ -12,6 +12,7 @@ from ml_collections import config_flags
 
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.dataclass_config import dataclass_from
+from agentrl_jax.pipeline import pod_layout
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rollout.agent_loop import EpisodeLimits
 from agentrl_jax.sampling import EngineConfig, SamplingParams
@@ -77,10 +78,11 @@ def test_model_configs_fit_the_launcher(model):
     dataclass_from(c.rl.engine, EngineConfig)
     optimizer_lib.make_optimizer(c.rl.trainer.optimizer)
     # The device split on this (one-process, 8-device) test machine.
-    layout = tpu_pod.build_layout(c.mesh)
-    assert len(layout.sampler.devices.flat) == c.mesh.sampler_devices
-    assert set(layout.sampler.devices.flat).isdisjoint(layout.trainer.devices.flat)
-    assert layout.trainer.size + layout.sampler.size == jax.device_count()
+    layout = pod_layout.build_layout(c.mesh)
+    (sampler,) = layout.samplers
+    assert len(sampler.devices.flat) == c.mesh.sampler_devices
+    assert set(sampler.devices.flat).isdisjoint(layout.trainer.devices.flat)
+    assert layout.trainer.size + sampler.size == jax.device_count()
 
 
 def test_overrides_on_the_command_line():
@@ -109,7 +111,7 @@ def test_launcher_checks_say_what_to_set():
     c = runnable(load("qwen25_3b.py"))
     c.mesh.sampler_devices = 8  # leaves process 0 nothing to train on
     with pytest.raises(ValueError, match="keep at least one"):
-        tpu_pod.build_layout(c.mesh)
+        pod_layout.build_layout(c.mesh)
 
 
 def _flat(config: ml_collections.ConfigDict) -> dict:

@@ -1,8 +1,8 @@
 """The multi-host path of `launch.tpu_pod`: CPU processes joined by `jax.distributed` on
-localhost (two of 2 devices each: process 0 samples on one and trains on the other, process 1
-trains on both; two of 3 devices, each sampling on one; slow: three of 3 devices, one killed and
-the run resumed) run a few steps of the real pipeline against a real controller and task
-workers."""
+localhost run a few steps of the real pipeline against a real controller and task workers:
+two of 3 devices, process 0 with two sampler replicas, process 1 training only; slow: two of 3
+devices, process 1 with two replicas; three of 3 devices, each sampling on one, one killed and
+the run resumed; LoRA over two processes that both sample."""
 
 import json
 import os
@@ -64,7 +64,7 @@ def coin_fleet():
 
 
 def tiny_model_dir(tokenizer, directory: pathlib.Path, seed: int = 0) -> pathlib.Path:
-    # hidden 48 and MLP 96 split evenly over the 3 trainer devices (fsdp).
+    # hidden 48 and MLP 96 split evenly over 3, 4 or 6 trainer devices (fsdp).
     cfg = ModelConfig.tiny("llama", vocab_size=len(tokenizer), hidden_size=48,
                            intermediate_size=96, num_layers=1, num_heads=2, num_kv_heads=1,
                            head_dim=24, max_position_embeddings=1024,
@@ -119,15 +119,24 @@ def wait_all(procs, timeout: float) -> list[int]:
 
 
 def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
+    """2 processes × 3 CPU devices: process 0 runs two sampler replicas of one device each (the
+    pipeline's engine, and a host sampler fed from its driver through host memory) and trains
+    on its third device; process 1 only trains (`sampler_devices_by_process=(2, 0)`)."""
     model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
     run_dir = tmp_path / "run"
-    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 2), 1200)
+    overrides = ("--config.mesh.sampler_devices_by_process=(2, 0)",
+                 "--config.mesh.sampler_tensor_parallel=1", "--config.mesh.hub_host=127.0.0.1")
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 3, *overrides),
+                     1200)
     logs = [(tmp_path / f"process{pid}.log").read_text() for pid in range(2)]
     assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
 
     # The leader trained STEPS steps on rollouts from the controller; from step 2 on, the
-    # tokens came from weights gathered across both processes onto process 0's sampler.
+    # tokens came from weights gathered across both processes onto process 0's samplers.
     records = check_lockstep_records(run_dir)
+    hub = json.loads((run_dir / "rollout_hub.json").read_text())
+    assert set(hub) == {"process0-1"}, hub   # the leader's second replica; its first is in process
+    check_every_version_verified(hub, STEPS)
     assert any(r["stage"] == "eval_after" for r in records)
     # Every process made every checkpoint save: the last one is complete.
     assert (run_dir / "checkpoints" / str(STEPS) / "commit_success.txt").exists()
@@ -138,23 +147,26 @@ def test_two_processes_train_together(tokenizer, coin_fleet, tmp_path):
     assert any(not np.array_equal(final[k], initial[k]) for k in final)  # it trained
     for pid in range(2):
         check_shards_are_slices_of(final, tmp_path / f"shards{pid}.npz")
-    # Process 1 holds every parameter (its two devices are two thirds of the trainer mesh).
+    # Process 1 holds every parameter (its three devices are three quarters of the trainer mesh).
     with np.load(tmp_path / "shards1.npz") as shards:
         assert {n.split("|")[0] for n in shards.files} == set(final)
 
 
-@pytest.mark.slow  # ~140 s: two processes with a sampler each, on 2 cores
+@pytest.mark.slow  # ~150 s: two processes, three sampler replicas, on 2 cores
 def test_every_process_samples_with_the_trainers_weights(tokenizer, coin_fleet, tmp_path):
-    """2 processes × 3 CPU devices, each sampling on one and training on the other two: process
-    1's sampler claims groups from the leader's rollout hub and installs the weights it gathers
-    with the trainer, device to device. Trained groups come from both processes' samplers, the
-    weights process 1 serves are, by checksum, the ones the trainer published, and (lockstep)
-    the trainer's log-probs reproduce every sampler's behaviour log-probs."""
+    """2 processes × 3 CPU devices: process 0 samples on one (the pipeline's engine) and trains
+    on two; process 1 runs two sampler replicas of one device each and trains on its third.
+    Process 1's replicas claim groups from the leader's rollout hub and install the weights
+    that one gather with the trainer places on both of them, device to device. Trained groups
+    come from both processes' samplers, every version each replica served is, by checksum,
+    the one the trainer published, and (lockstep) the trainer's log-probs reproduce every
+    sampler's behaviour log-probs."""
     model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
     run_dir = tmp_path / "run"
-    # The leader's one in-process rollout worker and the follower's sampler share each step's
+    # The leader's one in-process rollout worker and the follower's samplers share each step's
     # 4 groups (lockstep: all 4 are admitted together once the step's weights are served).
-    overrides = ("--config.mesh.sampler_devices_per_host=1", "--config.mesh.hub_host=127.0.0.1",
+    overrides = ("--config.mesh.sampler_devices_per_host=2",
+                 "--config.mesh.sampler_tensor_parallel=1", "--config.mesh.hub_host=127.0.0.1",
                  "--config.eval.after_rl=False", "--config.rl.pipeline.groups_per_step=4",
                  "--config.rl.pipeline.rollout_workers=1")
     codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 3,
@@ -165,20 +177,32 @@ def test_every_process_samples_with_the_trainers_weights(tokenizer, coin_fleet, 
     rl = [r for r in check_lockstep_records(run_dir) if r["stage"] == "rl"]
     trained = {g for r in rl for g in r["groups_trained"]}
     hub = json.loads((run_dir / "rollout_hub.json").read_text())
-    assert set(hub) == {"process1"}, hub   # the follower's sampler; the leader's is in-process
-    follower = hub["process1"]
-    assert not follower["dropped"]
-    assert trained & set(follower["groups"]), (trained, follower["groups"])
-    assert trained - set(follower["groups"]), "no trained group came from the leader's sampler"
+    assert set(hub) == {"process1-0", "process1-1"}, hub  # the leader's sampler is in-process
+    check_every_version_verified(hub, STEPS)
+    follower = {g for record in hub.values() for g in record["groups"]}
+    assert trained & follower, (trained, follower)
+    assert trained - follower, "no trained group came from the leader's sampler"
     # What process 1 serves (each policy) is what the trainer published for that version: its
     # own gather of a trained step, placed on its sampler devices, has the same checksum.
-    for policy in ("current", "stale"):
-        served = follower["serving"][policy]
-        assert served["version"] >= 1 and served["checksum"] == served["published"], served
+    for record in hub.values():
+        for policy in ("current", "stale"):
+            served = record["serving"][policy]
+            assert served["version"] >= 1 and served["checksum"] == served["published"], served
     # Both processes' shards are slices of one model: the one the leader gathered and exported.
     final = flat_params(run_dir / "final_model")
     for pid in range(2):
         check_shards_are_slices_of(final, tmp_path / f"shards{pid}.npz")
+
+
+def check_every_version_verified(hub: dict, steps: int, first: int = 0) -> None:
+    """Every host sampler served each weight version the steps first..steps-1 sampled from,
+    each under the checksum the trainer published for it, and nothing under another."""
+    assert hub, "no host sampler reported to the hub"
+    for worker, record in hub.items():
+        assert not record["mismatched"] and not record["dropped"], (worker, record)
+        runs = record["verified"]["current"]
+        served = {v for start, end in runs for v in range(start, end + 1)}
+        assert set(range(first, steps)) <= served, (worker, runs)
 
 
 def check_shards_are_slices_of(final: dict[str, np.ndarray], shards_path: pathlib.Path) -> None:
@@ -195,14 +219,19 @@ def check_shards_are_slices_of(final: dict[str, np.ndarray], shards_path: pathli
 @pytest.mark.slow
 def test_a_killed_process_ends_the_run_and_a_rerun_resumes_exactly(tokenizer, coin_fleet,
                                                                     tmp_path):
-    """3 processes × 3 CPU devices (process 0: sampler on one, 8 trainer devices in all). After
-    the first checkpoint, kill -9 of process 2 ends the other two (heartbeat timeout, no hang);
-    the same command again resumes from the last checkpoint: every step is recorded once, no
-    group id is trained twice, and every process's shards are slices of one final model."""
+    """3 processes × 3 CPU devices, each sampling on one and training on two (6 trainer
+    devices). After the first checkpoint, kill -9 of process 2 ends the other two (heartbeat
+    timeout, no hang); the same command again resumes from the last checkpoint: every step is
+    recorded once, no group id is trained twice, trained groups came from the followers'
+    samplers, each of which served every weight version under the trainer's checksum (each
+    process's gather equals the leader's, step after step), and every process's shards are
+    slices of one final model."""
     steps = 4
     model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
     run_dir = tmp_path / "run"
     overrides = (f"--config.rl.pipeline.steps={steps}", "--config.eval.after_rl=False",
+                 "--config.mesh.sampler_devices_per_host=1", "--config.mesh.hub_host=127.0.0.1",
+                 "--config.rl.pipeline.groups_per_step=3", "--config.rl.pipeline.rollout_workers=1",
                  "--heartbeat_timeout_s=10")
     procs = launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 3, 3, *overrides)
     first = run_dir / "checkpoints" / "1" / "commit_success.txt"
@@ -231,7 +260,12 @@ def test_a_killed_process_ends_the_run_and_a_rerun_resumes_exactly(tokenizer, co
     rl = [r for r in records if r["stage"] == "rl"]
     assert [r["step"] for r in rl] == list(range(1, steps + 1))
     trained = [g for r in rl for g in r["groups_trained"]]
-    assert len(trained) == len(set(trained)) and len(trained) >= 2 * steps
+    assert len(trained) == len(set(trained)) and len(trained) >= 3 * steps
+    hub = json.loads((run_dir / "rollout_hub.json").read_text())   # the rerun's
+    assert set(hub) == {"process1-0", "process2-0"}, hub
+    check_every_version_verified(hub, steps, first=resumed_from)
+    followers = {g for record in hub.values() for g in record["groups"]}
+    assert set(trained) & followers, (trained, followers)
     final = flat_params(run_dir / "final_model")
     for pid in range(3):
         check_shards_are_slices_of(final, tmp_path / f"shardsb{pid}.npz")
@@ -252,16 +286,19 @@ def check_lockstep_records(run_dir: pathlib.Path) -> list[dict]:
 
 
 LORA = ("--config.rl.trainer.lora.enabled=True", "--config.rl.trainer.lora.rank=4",
-        "--config.eval.after_rl=False")
+        "--config.eval.after_rl=False", "--config.mesh.sampler_devices_per_host=1",
+        "--config.mesh.hub_host=127.0.0.1")
 
 
 @pytest.mark.slow
 def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, coin_fleet,
                                                                      tmp_path):
-    """LoRA on the two-process job: each weight update the leader's sampler receives is the
-    adapter tree alone; the checkpoints name the base the adapters were trained over, the same
-    fingerprint on every process (a resume on both processes compares it with their own); a
-    resume over another base fails with `BaseMismatchError` on both, before training."""
+    """LoRA on the two-process job (3 devices each, each process sampling on one): each weight
+    update is the adapter tree alone, the leader's sampler and process 1's both serve every
+    version under the trainer's checksum; the checkpoints name the base the adapters were
+    trained over, the same fingerprint on every process (a resume on both processes compares
+    it with their own); a resume over another base fails with `BaseMismatchError` on both,
+    before training."""
     from agentrl_jax.checkpoint import CheckpointManager
     from agentrl_jax.parallel.mesh import make_mesh
     from agentrl_jax.rl.train_step import Trainer, with_trainer_adapters
@@ -271,10 +308,13 @@ def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, c
 
     model_dir = tiny_model_dir(tokenizer, tmp_path / "model")
     run_dir = tmp_path / "run"
-    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 2, *LORA), 1200)
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 3, *LORA), 1200)
     logs = [(tmp_path / f"process{pid}.log").read_text() for pid in range(2)]
     assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
     check_lockstep_records(run_dir)
+    hub = json.loads((run_dir / "rollout_hub.json").read_text())
+    assert set(hub) == {"process1-0"}, hub
+    check_every_version_verified(hub, STEPS)
 
     # (1) Every update carried the adapters' bytes: rank-4 A and B of every projection.
     trainer_cfg = tiny_pod_config.get_config().rl.trainer
@@ -295,7 +335,7 @@ def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, c
         assert saved.saved_base_fingerprint(STEPS) == expected
     # Both processes resume from it: each compares the stored fingerprint with its own.
     more = (f"--config.rl.pipeline.steps={STEPS + 1}",)
-    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 2, *LORA, *more,
+    codes = wait_all(launch_pod(tmp_path, model_dir, run_dir, coin_fleet.url, 2, 3, *LORA, *more,
                                 tag="b"), 1200)
     logs = [(tmp_path / f"processb{pid}.log").read_text() for pid in range(2)]
     assert codes == [0, 0], "\n\n".join(log[-6000:] for log in logs)
@@ -306,7 +346,7 @@ def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, c
 
     # (3) Another base (same shapes, other weights): both processes refuse to resume.
     other_dir = tiny_model_dir(tokenizer, tmp_path / "other", seed=1)
-    codes = wait_all(launch_pod(tmp_path, other_dir, run_dir, coin_fleet.url, 2, 2, *LORA,
+    codes = wait_all(launch_pod(tmp_path, other_dir, run_dir, coin_fleet.url, 2, 3, *LORA,
                                 f"--config.rl.pipeline.steps={STEPS + 2}", tag="c"), 600)
     logs = [(tmp_path / f"processc{pid}.log").read_text() for pid in range(2)]
     assert codes[0] != 0 and codes[1] != 0, codes
@@ -317,7 +357,8 @@ def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, c
 
 @pytest.mark.slow   # ~70 s; the default run keeps the launcher's multi-process run (above)
 def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
-    """Without jax.distributed (one host): the sampler on device 0, the trainer on the other 7."""
+    """Without jax.distributed (one host): two sampler replicas on devices 0 and 1 (the
+    pipeline's engine, and a host sampler fed by the local driver), the trainer on the other 6."""
     from launch import tpu_pod
     from tests.launch import tiny_pod_config
 
@@ -326,9 +367,13 @@ def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
     config.env.controller_url = coin_fleet.url
     config.run_dir = str(tmp_path / "run")
     config.eval.after_rl = False
+    config.mesh.update(sampler_devices=2, sampler_tensor_parallel=1, hub_host="127.0.0.1")
     state = tpu_pod.run(config)
     assert int(state.step) == STEPS
     check_lockstep_records(tmp_path / "run")
+    hub = json.loads((tmp_path / "run" / "rollout_hub.json").read_text())
+    assert set(hub) == {"process0-1"}, hub
+    check_every_version_verified(hub, STEPS)
     assert (tmp_path / "run" / "checkpoints" / str(STEPS) / "commit_success.txt").exists()
     final = flat_params(tmp_path / "run" / "final_model")
     for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:

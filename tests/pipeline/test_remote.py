@@ -8,6 +8,7 @@ import sys
 
 import httpx
 import numpy as np
+import pytest
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.data import TaskStream
@@ -140,10 +141,17 @@ def test_weights_are_serialised_once_per_downloaded_version_and_never_if_not_dow
                 assert weights_from_bytes(reply.content)["x"].tolist() == [2.0, 2.0]
             hub.publish("current", 3, {"x": np.full(2, 3, np.float32)})
             assert weights_from_bytes((await http.get("/weights")).content)["x"][0] == 3
+            # Weights on a sampler's devices: published as the function that copies them out.
+            hub.publish("current", 4, lambda: {"x": np.full(2, 4, np.float32)}, checksum="c4")
+            reply = await http.get("/weights")
+            assert reply.headers["x-checksum"] == "c4"
+            assert weights_from_bytes(reply.content)["x"][0] == 4
+            with pytest.raises(ValueError, match="need their checksum"):
+                hub.publish("current", 5, lambda: {})
         await hub.stop()
 
     asyncio.run(go())
-    assert made == [2.0, 3.0]
+    assert made == [2.0, 3.0, 4.0]
 
 
 def test_lost_worker_groups_are_failed_not_waited_for():

@@ -6,7 +6,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from agentrl_jax.parallel.mesh import make_mesh
-from agentrl_jax.pipeline import trainer_driver
+from agentrl_jax.pipeline import trainer_driver, weight_sync
 
 
 def sharded_tree(mesh):
@@ -25,7 +25,7 @@ def test_gather_brings_sharded_parameters_to_the_host():
     gather = trainer_driver.ParamGather()
     gathered = gather(placed)
     assert isinstance(gathered["stacked"], list) and len(gathered["stacked"]) == 3
-    host = trainer_driver.stacked(gathered)
+    host = weight_sync.stacked(gathered)
     for k in tree:
         assert isinstance(host[k], np.ndarray)
         np.testing.assert_array_equal(host[k], tree[k])
@@ -60,5 +60,24 @@ def test_gather_places_layers_device_to_device_on_another_mesh():
 
 def test_sampler_layout_splits_gathered_layers():
     gathered = {"embed": 1, "final_norm": 2, "layers": {"q": ["q0", "q1"], "k": ["k0", "k1"]}}
-    assert trainer_driver.sampler_layout(gathered) == {
+    assert weight_sync.sampler_layout(gathered) == {
         "embed": 1, "final_norm": 2, "layers": ({"q": "q0", "k": "k0"}, {"q": "q1", "k": "k1"})}
+
+
+def test_one_gather_places_a_copy_on_each_replica():
+    """Two sampler replicas on one process (devices 4-5 and 6-7): `onto_each` puts every
+    gathered layer on both, and `replica_of` takes each one's tree back out."""
+    trainer_mesh = make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4])
+    tree, placed = sharded_tree(trainer_mesh)
+    replicas = [make_mesh(fsdp=1, tensor=2, devices=jax.devices()[i:i + 2]) for i in (4, 6)]
+    targets = [{"stacked": NamedSharding(m, PartitionSpec(None, None, "tensor")),
+                "embed": NamedSharding(m, PartitionSpec("tensor"))} for m in replicas]
+    out = trainer_driver.ParamGather()(placed, trainer_driver.onto_each(targets))
+    for index, mesh in enumerate(replicas):
+        mine = weight_sync.replica_of(out, index)
+        assert isinstance(mine["stacked"], list) and len(mine["stacked"]) == 3
+        for i, layer in enumerate(mine["stacked"]):
+            assert set(layer.devices()) == set(mesh.devices.flat)
+            np.testing.assert_array_equal(np.asarray(layer), tree["stacked"][i])
+        assert mine["embed"].sharding == targets[index]["embed"]
+        np.testing.assert_array_equal(np.asarray(mine["embed"]), tree["embed"])

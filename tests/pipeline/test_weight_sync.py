@@ -1,5 +1,6 @@
-"""LoRA weight sync: an update carries the adapters alone, and delivery is verified: a lost or
-corrupted update is detected and sent again, never served (nor trained on) silently."""
+"""Weight sync. LoRA: an update carries the adapters alone, and delivery is verified: a lost or
+corrupted update is detected and sent again, never served (nor trained on) silently. A pod
+leader's gather placed on its sampler's devices is installed and published as it is."""
 
 import asyncio
 
@@ -108,3 +109,55 @@ def test_lost_and_corrupted_updates_are_detected_and_retried():
             assert again.tokens == result.tokens and again.versions == [1] * 4
 
     asyncio.run(main())
+
+
+def test_weights_placed_on_the_samplers_devices_are_installed_and_published_as_they_are():
+    """A pod leader's gather placed straight onto its sampler's devices (`PlacedWeights`): the
+    engine serves exactly what an update through host memory would, and the hub publishes the
+    checksum of the host weights, making their bytes only when a worker downloads them."""
+    import httpx
+
+    from agentrl_jax.pipeline.rollout_hub import RolloutHub
+    from agentrl_jax.pipeline.trainer_driver import ParamGather, onto
+    from agentrl_jax.pipeline.wire_format import weights_from_bytes
+    from agentrl_jax.sampling.weights import weight_shardings
+    from agentrl_jax.tree_digest import layered_digest, tree_digest
+
+    c = ts.default_config()
+    c.seq_buckets, c.tokens_per_micro = (16,), 64
+    c.optimizer.learning_rate = 5e-2
+    cfg = ModelConfig.tiny()
+    trainer = ts.Trainer(Decoder(cfg, rngs=nnx.Rngs(0)), c,
+                         make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4]))
+    state = trained_state(trainer)
+    host = jax.device_get(weights_of(trainer.model(state.params)))
+    sampler_mesh = make_mesh(fsdp=1, tensor=2, devices=jax.devices()[4:6])
+    sampler_model = Decoder(cfg, rngs=nnx.Rngs(1))   # other weights until the sync
+    gathered = ParamGather()(weights_of(trainer.model(state.params)),
+                             onto(weight_shardings(sampler_model, sampler_mesh)))
+    placed = weight_sync.PlacedWeights(gathered, layered_digest(gathered))
+    assert placed.checksum == tree_digest(host)
+    hub = RolloutHub({"name": "test"}, 2, claim=None, deliver=None)
+
+    async def main():
+        sampler = SamplingEngine(sampler_model, ENGINE, mesh=sampler_mesh)
+        with AsyncSamplingEngine(sampler) as engine:
+            updated = await weight_sync.sync_weights(engine, trainer, state, 3, stale_every=None,
+                                                     hub=hub, weights=placed)
+            assert updated == ["current"] and await engine.policies() == {"current": 3}
+            got = await engine.generate(GenerateRequest(PROMPT, GREEDY))
+        url = await hub.start()
+        async with httpx.AsyncClient(base_url=url) as http:
+            reply = await http.get("/weights")
+        await hub.stop()
+        return got, reply
+
+    got, reply = asyncio.run(main())
+    assert reply.headers["x-checksum"] == tree_digest(host) == hub.published("current", 3)
+    downloaded = weights_from_bytes(reply.content)
+    assert tree_digest(downloaded) == tree_digest(host)
+    with AsyncSamplingEngine(SamplingEngine(trainer.model(jax.device_get(state.params)),
+                                            ENGINE)) as plain:
+        want = asyncio.run(plain.generate(GenerateRequest(PROMPT, GREEDY)))
+    assert got.tokens == want.tokens and got.versions == [3] * len(got.tokens)
+    np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
