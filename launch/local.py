@@ -57,6 +57,7 @@ from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.models.zoo import cache_root
+from agentrl_jax.sft import copy_swap
 from agentrl_jax.sft import demos as demos_lib
 from agentrl_jax.sft import stage as sft_stage
 from environments.registry import parse_task_key, task_key
@@ -171,8 +172,9 @@ def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]
         policy = policy_lib.new_scratch_policy(config.model, demos_lib.demo_texts(demos))
     else:
         policy = policy_lib.pretrained_policy(config.model, demos_lib.demo_texts(demos))
+    trained = copy_swap.with_swaps(demos, config.sft.copy_swap_fraction, config.sft.seed)
     trajectories = [demos_lib.demo_trajectory(policy.tokenizer, d, policy.end_of_turn_ids,
-                                              config.sft.context_loss_weight) for d in demos]
+                                              config.sft.context_loss_weight) for d in trained]
     kept = [t for t in trajectories if len(t) <= config.demos.max_tokens]
     print(f"warm start: {len(kept)} demonstrations ({len(trajectories) - len(kept)} longer than "
           f"{config.demos.max_tokens} tokens left out), {sum(map(len, kept))} tokens, "

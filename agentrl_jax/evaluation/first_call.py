@@ -15,10 +15,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-_WORD = re.compile(r"[A-Za-z0-9_]+")
+WORD = re.compile(r"[A-Za-z0-9_]+")  # what a "word" of an argument is, here and in sft
 
 
-def _arguments(call: dict[str, Any]) -> Any:
+def call_arguments(call: dict[str, Any]) -> Any:
+    """A tool call's arguments as JSON (None when they do not parse)."""
     arguments = call.get("arguments")
     if isinstance(arguments, str):
         try:
@@ -40,7 +41,7 @@ def first_call(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any
                    if t["function"]["name"] == call["name"]), None)
     if schema is None:
         return None
-    arguments = _arguments(call)
+    arguments = call_arguments(call)
     if not isinstance(arguments, dict) or any(k not in arguments
                                               for k in schema.get("required", [])):
         return None
@@ -57,14 +58,14 @@ def copy_rate(messages: Sequence[dict[str, Any]]) -> tuple[int, int]:
     copied = total = 0
     for message in messages:
         for tool_call in message.get("tool_calls") or []:
-            arguments = _arguments(tool_call["function"])
+            arguments = call_arguments(tool_call["function"])
             text = json.dumps(arguments) if arguments is not None else str(
                 tool_call["function"].get("arguments", ""))
-            words = [w.lower() for w in _WORD.findall(text)]
+            words = [w.lower() for w in WORD.findall(text)]
             if isinstance(arguments, dict):   # the parameter names are the schema's, not copies
                 keys = {k.lower() for k in arguments}
                 words = [w for w in words if w not in keys]
             copied += sum(w in seen for w in words)
             total += len(words)
-        seen.update(w.lower() for w in _WORD.findall(message.get("content") or ""))
+        seen.update(w.lower() for w in WORD.findall(message.get("content") or ""))
     return copied, total

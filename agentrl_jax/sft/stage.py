@@ -41,6 +41,9 @@ def default_config() -> ml_collections.ConfigDict:
         # loss weight of the demonstrations' context tokens (the assistant's are 1):
         # a language-modelling term on the observations, free in compute (sft/demos.py)
         context_loss_weight=0.0,
+        # share of the demonstrations trained with their rare copied words swapped for other
+        # words of their task (sft/copy_swap.py): entities only reading the context predicts
+        copy_swap_fraction=0.0,
         optimizer=opt,
         seed=0,
         lora=train_step.lora_config(),
