@@ -166,10 +166,21 @@ class SamplingWorker:
             with engine:
                 await self.heartbeat(hub, engine)
                 async with ControllerClient(spec["controller"], start_jitter_s=0) as client:
-                    loops = [self._heartbeat_forever(hub, engine)] + [
-                        self._claim_loop(hub, client, engine, agent, spec["group_size"])
-                        for _ in range(self.concurrency)]
-                    await asyncio.gather(*loops)
+                    await self.serve(hub, client, engine, agent, spec["group_size"])
+
+    async def serve(self, hub: httpx.AsyncClient, client: ControllerClient,
+                    engine: AsyncSamplingEngine, agent: AgentSpec, group_size: int) -> None:
+        """The heartbeat and `concurrency` claim loops, until one fails (its error is raised)
+        or the worker is cancelled. Returns only once every loop has ended, so an episode in
+        flight ends its session before the caller closes the client (`gather` would return at
+        the first cancelled loop, and leave the others running when one fails)."""
+        try:
+            async with asyncio.TaskGroup() as loops:
+                loops.create_task(self._heartbeat_forever(hub, engine))
+                for _ in range(self.concurrency):
+                    loops.create_task(self._claim_loop(hub, client, engine, agent, group_size))
+        except ExceptionGroup as failed:  # the first failure, as it was raised
+            raise failed.exceptions[0] from failed
 
     @staticmethod
     async def spec(hub: httpx.AsyncClient) -> dict[str, Any]:

@@ -154,6 +154,32 @@ def test_weights_are_serialised_once_per_downloaded_version_and_never_if_not_dow
     assert made == [2.0, 3.0, 4.0]
 
 
+def test_a_failing_worker_loop_ends_every_other_loop_before_serve_raises():
+    """`SamplingWorker.serve`: the heartbeat fails while two claim loops are mid-episode; the
+    error is raised as it was (not wrapped), and only after both loops finished ending their
+    episodes (which need the controller client still open)."""
+    from agentrl_jax.pipeline.sampling_worker import SamplingWorker
+
+    ended: list[int] = []
+
+    class Worker(SamplingWorker):
+        async def _heartbeat_forever(self, hub, engine):
+            await asyncio.sleep(0.05)
+            raise httpx.ConnectError("hub gone")
+
+        async def _claim_loop(self, hub, client, engine, agent, group_size):
+            try:
+                await asyncio.sleep(60)
+            finally:  # what play_group does when cancelled: end the session, which takes time
+                await asyncio.shield(asyncio.sleep(0.1))
+                ended.append(group_size)
+
+    with pytest.raises(httpx.ConnectError, match="hub gone"):
+        asyncio.run(Worker("http://127.0.0.1:1/api", concurrency=2).serve(
+            None, None, None, None, group_size=4))
+    assert ended == [4, 4]
+
+
 def test_lost_worker_groups_are_failed_not_waited_for():
     hub, buffer = _hub_with_buffer(group_size=3)
     hub._last_seen["w"] = 0.0
