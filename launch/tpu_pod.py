@@ -128,17 +128,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError("env.tasks is empty")
     if not config.run_dir:
         raise ValueError("run_dir is empty")
-    if int(config.mesh.sampler_devices) < 1:
-        raise ValueError("mesh.sampler_devices must be at least 1")
-    if int(config.mesh.sampler_devices_per_host) < 0:
-        raise ValueError("mesh.sampler_devices_per_host must be 0 or more")
-    by_process = tuple(config.mesh.sampler_devices_by_process)
-    if by_process and (int(by_process[0]) < 1 or min(int(n) for n in by_process) < 0):
-        raise ValueError(f"mesh.sampler_devices_by_process={by_process}: process 0 samples on "
-                         "at least 1 device, every other on 0 or more")
-    if int(config.mesh.sampler_tensor_parallel) < 0:
-        raise ValueError("mesh.sampler_tensor_parallel must be 0 (one replica per process) or "
-                         "more")
+    pod_layout.check_counts(config.mesh)
     if config.mesh.weight_transfer not in ("device", "host"):
         raise ValueError(f"mesh.weight_transfer must be device or host, not "
                          f"{config.mesh.weight_transfer!r}")
@@ -309,18 +299,16 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
 
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     policy = policy_lib.Policy(model, tokenizer, config.model.parser)
-    first, *further = layout.samplers
-    sampler_policy = load_sampler_policy(config, policy_dir, first, tokenizer)
-    extra_engines, extra_shardings = replica_engines(config, policy_dir, further, tokenizer)
+    (first_engine, *extra_engines), shardings = replica_engines(config, policy_dir,
+                                                                layout.samplers, tokenizer)
     own: list[HostSampler] = []
     # Several processes: the trainer's gather lands on every replica of this host, device to
     # device (one process: the local driver's device copy goes to the replicas' own devices).
     device = channel is not None and device_transfer(config)
     if device:
-        shardings = [weights_lib.weight_shardings(sampler_policy.model, first), *extra_shardings]
         make_driver = functools.partial(make_driver, place=onto_each(shardings))
     try:
-        with rl_stage.make_engine(config.rl, sampler_policy, mesh=first) as engine:
+        with first_engine as engine:
             remote = start_hub = None
             if layout.needs_hub:
                 remote = hub_settings(config, policy, engine, policy_dir)

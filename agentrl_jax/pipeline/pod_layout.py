@@ -67,18 +67,30 @@ def replica_size(mesh_config: ml_collections.ConfigDict, count: int) -> int:
     return int(mesh_config.get("sampler_tensor_parallel", 0)) or count
 
 
+def check_counts(mesh_config: ml_collections.ConfigDict) -> None:
+    """Refuses counts no device set can satisfy (checked before the processes join)."""
+    by_process = tuple(mesh_config.get("sampler_devices_by_process", ()))
+    leader = int(by_process[LEADER]) if by_process else int(mesh_config.sampler_devices)
+    others = ([int(n) for n in by_process[LEADER + 1:]] if by_process
+              else [int(mesh_config.sampler_devices_per_host)])
+    if leader < 1 or min(others, default=0) < 0:
+        raise ValueError(f"sampler devices: process 0 needs at least one (the pipeline's own "
+                         f"sampler), every other 0 or more; got {leader} and {others}")
+    if int(mesh_config.get("sampler_tensor_parallel", 0)) < 0:
+        raise ValueError("mesh.sampler_tensor_parallel must be 0 (one replica per process) or "
+                         "more")
+
+
 def build_layout(mesh_config: ml_collections.ConfigDict) -> Layout:
     """Splits the devices (see the module docstring); raises with what to set when a process
     would keep no trainer device, or its sampler devices do not divide into replicas."""
+    check_counts(mesh_config)
     sampler_devices: list[jax.Device] = []
     mine: list[Mesh] = []
     replicas = [0] * jax.process_count()
     for process in range(jax.process_count()):
         own = [d for d in jax.devices() if d.process_index == process]
         n = sampler_count(mesh_config, process, jax.process_count())
-        if n < 0 or (process == LEADER and n < 1):
-            raise ValueError(f"process {process} samples on {n} devices: process 0 needs at "
-                             "least one (the pipeline's own sampler), every other 0 or more")
         if n >= len(own):
             raise ValueError(
                 f"process {process} samples on {n} of its {len(own)} devices: it must keep at "

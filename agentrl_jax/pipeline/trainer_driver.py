@@ -96,7 +96,6 @@ def onto_each(shardings: list[Any]) -> Place:
     return place
 
 
-
 # ----------------------------------------------------------------------------- set-up
 
 

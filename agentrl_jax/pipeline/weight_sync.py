@@ -135,16 +135,11 @@ class PlacedWeights:
     def host(self) -> Weights:
         return stacked(jax.device_get(self.tree))
 
-    @property
-    def nbytes(self) -> int:
-        return sum(x.nbytes for x in jax.tree.leaves(self.tree))
-
 
 def weights_nbytes(weights: Any) -> int:
     """Bytes of one weight update as a driver's `weights` returns it."""
-    if isinstance(weights, PlacedWeights):
-        return weights.nbytes
-    return sum(x.nbytes for x in jax.tree.leaves(weights))
+    tree = weights.tree if isinstance(weights, PlacedWeights) else weights
+    return sum(x.nbytes for x in jax.tree.leaves(tree))
 
 
 async def sync_weights(
