@@ -138,9 +138,11 @@ def closed_vocabularies(demos: Sequence[Demo]) -> dict[str, frozenset[str]]:
             for task, c in counts.items()}
 
 
-def task_vocabularies(demos: Sequence[Demo]) -> dict[str, list[str]]:
-    """Per task, the sorted rare words its demonstrations copy: what swaps draw from."""
-    closed = closed_vocabularies(demos)
+def task_vocabularies(demos: Sequence[Demo], closed: dict[str, frozenset[str]] | None = None
+                      ) -> dict[str, list[str]]:
+    """Per task, the sorted rare words its demonstrations copy: what swaps draw from.
+    `closed`: `closed_vocabularies(demos)`, when the caller has it."""
+    closed = closed_vocabularies(demos) if closed is None else closed
     vocabularies: dict[str, set[str]] = {}
     for demo in demos:
         task = demo.get("task", "")
@@ -157,7 +159,7 @@ def with_swaps(demos: Sequence[Demo], fraction: float, seed: int) -> list[Demo]:
     if not chosen:
         return list(demos)
     closed = closed_vocabularies(demos)
-    vocabularies = task_vocabularies(demos)
+    vocabularies = task_vocabularies(demos, closed)
     out = []
     for i, demo in enumerate(demos):
         task = demo.get("task", "")
