@@ -75,7 +75,7 @@ def prune_bpe(tokenizer_json: dict[str, Any], keep: set[int]
                     stack.append(part)
     specials = {t["id"] for t in tokenizer_json.get("added_tokens", [])}
     old_ids = np.array(sorted({vocab[t] for t in kept} | specials), np.int64)
-    new_id = {int(old): new for new, old in enumerate(old_ids)}
+    new_id = renumbering(old_ids)
 
     pruned = json.loads(json.dumps(tokenizer_json))
     pruned["model"]["vocab"] = {t: new_id[i] for t, i in vocab.items() if i in new_id}
@@ -85,6 +85,11 @@ def prune_bpe(tokenizer_json: dict[str, Any], keep: set[int]
         token["id"] = new_id[token["id"]]
     _remap_post_processor(pruned.get("post_processor"), new_id)
     return pruned, old_ids
+
+
+def renumbering(old_ids: np.ndarray) -> dict[int, int]:
+    """Old id -> new id of every kept token: its position in `old_ids` (`prune_bpe`'s order)."""
+    return {int(old): new for new, old in enumerate(old_ids)}
 
 
 def _remap_post_processor(processor: dict[str, Any] | None, new_id: dict[int, int]) -> None:
@@ -124,7 +129,7 @@ def shrink_pretrained(src: str | pathlib.Path, dst: str | pathlib.Path, *, num_l
                          f"got {num_layers}")
     tokenizer_json = json.loads((src / "tokenizer.json").read_text())
     pruned, old_ids = prune_bpe(tokenizer_json, used_token_ids(tokenizer_json, texts))
-    new_id = {int(old): new for new, old in enumerate(old_ids)}
+    new_id = renumbering(old_ids)
 
     dst.mkdir(parents=True, exist_ok=True)
     for path in src.iterdir():   # chat template, generation config, ...: copied, then edited
