@@ -100,6 +100,16 @@ MEANINGS: dict[str, str] = {
     "sft.copy_swap_fraction": "share of the demonstrations trained with their rare copied "
                               "words (entities) swapped for other words of their task, "
                               "consistently through the episode (sft/copy_swap.py); 0 = none",
+    "sft.copy.sequences": "copy-forming stage before the demonstrations: synthetic sequences "
+                          "whose second part repeats spans of their first, cut from the "
+                          "demonstrations' tokens (sft/copy_stage.py); 0 = no stage",
+    "sft.copy.length": "copy stage: tokens per sequence",
+    "sft.copy.recall_share": "copy stage: share of a sequence that repeats spans of its context "
+                             "(the trained part)",
+    "sft.copy.min_span": "copy stage: shortest span, in tokens",
+    "sft.copy.max_span": "copy stage: longest span, in tokens",
+    "sft.copy.tokens_per_step": "copy stage: sequence tokens per optimizer step",
+    "sft.copy.learning_rate": "copy stage: peak learning rate (the warm start's schedule)",
     "sft.cache_dir": 'warm-started policies, by config hash; "" = the agentrl_jax cache '
                      "(~/.cache/agentrl_jax/sft)",
     # mesh

@@ -57,7 +57,7 @@ from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.models.zoo import cache_root
-from agentrl_jax.sft import copy_swap
+from agentrl_jax.sft import copy_stage, copy_swap
 from agentrl_jax.sft import demos as demos_lib
 from agentrl_jax.sft import stage as sft_stage
 from environments.registry import parse_task_key, task_key
@@ -159,6 +159,21 @@ def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) 
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+def _progress(desc: str, stage: str, metrics: MetricsLog) -> sft_stage.StepCallback:
+    """A step callback that shows a progress bar and logs the step's metrics under `stage`."""
+    bar = tqdm(desc=desc, unit="step")
+
+    def on_step(step: int, total: int, values: dict[str, float]) -> None:
+        bar.total = total
+        bar.update(1)
+        bar.set_postfix(nll=f"{values['loss']:.3f}")
+        metrics.write(stage, step, values)
+        if step == total:
+            bar.close()
+
+    return on_step
+
+
 def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path],
                mesh: Mesh, metrics: MetricsLog) -> pathlib.Path:
     """The HF directory of the warm-started policy, trained now unless cached."""
@@ -179,16 +194,12 @@ def warm_start(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]
     print(f"warm start: {len(kept)} demonstrations ({len(trajectories) - len(kept)} longer than "
           f"{config.demos.max_tokens} tokens left out), {sum(map(len, kept))} tokens, "
           f"{policy.model.cfg.num_params() / 1e6:.1f}M parameters")
-    bar = tqdm(desc="warm start (SFT)", unit="step")
-
-    def on_step(step: int, total: int, values: dict[str, float]) -> None:
-        bar.total = total
-        bar.update(1)
-        bar.set_postfix(nll=f"{values['loss']:.3f}")
-        metrics.write("sft", step, values)
-
-    sft_stage.run_sft(policy.model, kept, config.sft, mesh, on_step)
-    bar.close()
+    if config.sft.copy.sequences:
+        copies = copy_stage.copy_sequences(kept, config.sft.copy, config.sft.seed)
+        sft_stage.run_sft(policy.model, copies, copy_stage.stage_config(config.sft), mesh,
+                          _progress("warm start (copy stage)", "sft_copy", metrics))
+    sft_stage.run_sft(policy.model, kept, config.sft, mesh,
+                      _progress("warm start (SFT)", "sft", metrics))
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     policy_lib.save_policy(policy, partial)

@@ -24,6 +24,7 @@ from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rl import train_step
 from agentrl_jax.rl.batch import TrainBatch, Trajectory, pack, pick_bucket
+from agentrl_jax.sft import copy_stage
 from agentrl_jax.sft.trainer import SFTTrainer
 
 StepCallback = Callable[[int, int, dict[str, float]], None]  # (step, total, metrics)
@@ -44,6 +45,8 @@ def default_config() -> ml_collections.ConfigDict:
         # share of the demonstrations trained with their rare copied words swapped for other
         # words of their task (sft/copy_swap.py): entities only reading the context predicts
         copy_swap_fraction=0.0,
+        # a copy-forming stage before the demonstrations (sft/copy_stage.py)
+        copy=copy_stage.default_config(),
         optimizer=opt,
         seed=0,
         lora=train_step.lora_config(),
