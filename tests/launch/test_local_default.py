@@ -7,6 +7,11 @@ policy is the warm start, and `eval_after` plays `PER_TASK` test indices per tas
 assertion is on the format of each episode's first call (an offered tool, JSON arguments with
 the required parameters), never on a success rate; whether it is the oracle's first tool is
 printed.
+
+The bar is the issue's (90% per task) and the current default does not meet it: its warm start
+writes well-formed first calls with the oracle's tool in 20-45% of the DB, OS and KG validation
+episodes (docs/warm_start.md), so this test fails until a policy that meets the bar is the
+default.
 """
 
 from __future__ import annotations
