@@ -1,0 +1,30 @@
+"""`launch.local.warm_start` in process on a tiny scratch model: with `sft.copy.sequences` set,
+the copy stage trains first (its own steps, logged as `sft_copy`), then the demonstrations."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from agentrl_jax.experiment.metrics import MetricsLog
+from configs import local_default
+from launch import local
+from tests.support.demos import DEMO
+
+
+def test_the_copy_stage_runs_before_the_demonstrations_when_enabled(tmp_path):
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("".join(json.dumps({**DEMO, "index": i}) + "\n" for i in range(8)))
+    config = local_default.get_config("fast")
+    config.sft.cache_dir = str(tmp_path / "sft")
+    config.sft.copy.update(sequences=6, length=64, tokens_per_step=128)
+    metrics = MetricsLog(tmp_path, tensorboard=False)
+
+    policy_dir = local.warm_start(config, [demos], local.single_device_mesh(), metrics)
+
+    assert (policy_dir / "config.json").exists()
+    records = [json.loads(x) for x in metrics.path.read_text().splitlines()]
+    stages = [r["stage"] for r in records]
+    copy_steps = math.ceil(6 * 64 / 128)
+    assert stages[:copy_steps] == ["sft_copy"] * copy_steps
+    assert stages[copy_steps:] and set(stages[copy_steps:]) == {"sft"}
