@@ -1,0 +1,12 @@
+"""An OpenAI-compatible server over the sampling engine, with token-exact capture for RL.
+
+  schemas       the request bodies (pydantic)
+  errors        OpenAI-shaped error bodies and their HTTP statuses
+  trajectories  requests of one trajectory id as one append-only token stream; finished ones
+                as `Rollout` records
+  service       request -> prompt tokens -> engine -> choices
+  responses     response bodies and streamed chunks
+  app           the FastAPI app (routes, API key, body-size and concurrency limits)
+
+`launch/serve.py` serves a run; docs/serving.md is the user's guide.
+"""

@@ -1,0 +1,227 @@
+"""The OpenAI-compatible HTTP server over the sampling engine (FastAPI).
+
+    POST /v1/chat/completions   chat, tools, n, stream, logprobs, trajectories (`agentrl` field)
+    POST /v1/completions        raw text or token-id prompts
+    GET  /v1/models             the served model names
+    POST /v1/trajectories/{id}/reward   ends a trajectory (`TrajectoryStore.pop_finished`)
+    GET  /health                liveness, without the API key
+
+Guards, in the order a request meets them: the body-size limit (413, before the body is read
+whole), the API key (401), the concurrency limit (429, requests generating at once, streamed
+ones until their last chunk), then the request's own checks (`serving.service`). A client that
+goes away while its request is generating (streamed or not) cancels it: the awaiting task is
+cancelled, and `AsyncSamplingEngine.generate` passes that on as `SamplingEngine.cancel`, which
+frees the request's decode slot and pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Header, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentrl_jax.serving import errors, responses, schemas
+from agentrl_jax.serving.service import Outcome, Prepared, Service
+from agentrl_jax.serving.trajectories import TrajectoryBusyError
+
+TRAJECTORY_HEADER = "X-Trajectory-Id"
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = errors.APIError(413, f"the request body is larger than {self.limit} bytes",
+                                    code="request_too_large")
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await too_large.response()(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise too_large
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class Counters:
+    """Requests in flight and how requests ended, for the limit and for inspection."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.served = 0
+        self.disconnected = 0  # cancelled because the client went away
+
+
+async def _until_disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[Outcome],
+                               counters: Counters) -> Outcome | None:
+    """`work`'s outcome, or None (and `work` cancelled) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            counters.disconnected += 1
+            await asyncio.gather(task, return_exceptions=True)
+    return task.result() if not task.cancelled() else None
+
+
+def create_app(service: Service) -> FastAPI:
+    """The server of `service`; `app.state.service` and `app.state.counters` for its owner."""
+    config = service.config
+    app = FastAPI(title="agentrl_jax OpenAI-compatible server", docs_url=None, redoc_url=None)
+    errors.install_handlers(app)
+    counters = Counters()
+    app.state.service, app.state.counters = service, counters
+    created = int(time.time())
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next: Callable[[Request], Any]) -> Any:
+        if config.api_key and request.url.path != "/health":
+            given = request.headers.get("authorization", "")
+            scheme, _, key = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    key.strip().encode(), config.api_key.encode()):
+                return errors.APIError(401, "Incorrect API key provided.",
+                                       type=errors.AUTHENTICATION,
+                                       code="invalid_api_key").response()
+        try:
+            return await call_next(request)
+        except errors.APIError as e:  # raised while the body was read (BodyLimit)
+            return e.response()
+
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+
+    def admit() -> None:
+        if counters.in_flight >= config.max_concurrent:
+            raise errors.APIError(429, f"more than {config.max_concurrent} requests at once; "
+                                  "retry later", type=errors.RATE_LIMIT,
+                                  code="rate_limit_exceeded")
+        counters.in_flight += 1
+
+    async def respond(request: Request, prepared: Prepared, stream: Any,
+                      render: Callable[[Outcome], dict[str, Any]]) -> Any:
+        try:
+            admit()
+        except errors.APIError:
+            service.release(prepared)
+            raise
+        if stream is None:
+            try:
+                outcome = await _unless_disconnected(request, service.run(prepared), counters)
+            finally:
+                counters.in_flight -= 1
+            counters.served += 1
+            return JSONResponse(render(outcome)) if outcome is not None else None
+
+        async def chunks() -> AsyncIterator[str]:
+            try:
+                yield stream.opening(len(prepared.params))
+                try:
+                    outcome = await _unless_disconnected(request, service.run(prepared), counters)
+                except errors.APIError as e:  # after the headers: an error event, as OpenAI
+                    yield responses.sse(e.body())
+                    return
+                if outcome is None:
+                    return
+                counters.served += 1
+                for chunk in stream.body(service, outcome):
+                    yield chunk
+            finally:
+                counters.in_flight -= 1
+                service.release(prepared)  # a stream closed before it started sampling
+
+        return StreamingResponse(chunks(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    def trajectory_of(body: str | None, header: str | None) -> str | None:
+        if body and header and body != header:
+            raise errors.bad_request(f"the {TRAJECTORY_HEADER} header and trajectory_id differ",
+                                     param="trajectory_id")
+        return body or header
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(
+        body: schemas.ChatCompletionRequest, request: Request,
+        x_trajectory_id: str | None = Header(None, alias=TRAJECTORY_HEADER),
+    ) -> Any:
+        trajectory = trajectory_of(body.trajectory_id, x_trajectory_id)
+        service.policy_for(body.model)  # 404 before anything else
+        stream = (responses.ChatStream(body.model, bool(body.logprobs), body.include_usage())
+                  if body.stream else None)
+        return await respond(
+            request, service.prepare_chat(body, trajectory), stream,
+            lambda o: responses.chat_completion(service, o, body.model, bool(body.logprobs)))
+
+    @app.post("/v1/completions")
+    async def completions(body: schemas.CompletionRequest, request: Request) -> Any:
+        service.policy_for(body.model)
+        stream = responses.CompletionStream(body.model, body.include_usage()) if body.stream \
+            else None
+        return await respond(
+            request, service.prepare_completion(body), stream,
+            lambda o: responses.completion(service, o, body.model, body.logprobs is not None))
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        versions = await service.engine.policies()  # type: ignore[attr-defined]
+        return {"object": "list", "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "agentrl_jax",
+             responses.EXTENSION: {"policy": policy, "weight_version": versions.get(policy)}}
+            for name, policy in config.models.items()]}
+
+    @app.post("/v1/trajectories/{trajectory_id}/reward")
+    async def reward(trajectory_id: str, body: schemas.RewardRequest) -> dict[str, Any]:
+        store = service.trajectories
+        trajectory = store.get(trajectory_id)
+        try:
+            rollouts = store.finish(trajectory_id, body.reward, body.status, task=body.task,
+                                    group_id=body.group_id, member=body.member,
+                                    metrics=body.metrics)
+        except KeyError:
+            raise errors.APIError(404, f"no open trajectory {trajectory_id!r}",
+                                  type=errors.NOT_FOUND, param="trajectory_id",
+                                  code="trajectory_not_found") from None
+        except TrajectoryBusyError as e:
+            raise errors.APIError(409, str(e), type=errors.CONFLICT,
+                                  code="trajectory_busy") from None
+        assert trajectory is not None  # finish() found it
+        for session in store.session_ids(trajectory):
+            await service.engine.end_session(session)
+        return {"trajectory_id": trajectory_id, "segments": len(rollouts),
+                "edits": trajectory.edits,
+                "num_turns": sum(r.num_turns for r in rollouts),
+                "num_tokens": sum(len(r.tokens) for r in rollouts),
+                "num_sampled_tokens": sum(r.num_loss_tokens for r in rollouts)}
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "in_flight": counters.in_flight}
+
+    return app

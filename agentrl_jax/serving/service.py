@@ -1,0 +1,338 @@
+"""What the server does for a request, apart from HTTP: validate it, render the prompt, sample
+`n` choices with the engine, and turn the sampled tokens into OpenAI choices.
+
+Prompts are rendered by `chat.conversation.Conversation` (the agent loop's renderer), and a
+request with a trajectory id goes through `serving.trajectories` so that its stream holds
+exactly the sampled tokens. Assistant text is decoded from the sampled ids; tool calls are read
+by the policy's parser (`chat.tool_parsers`), so a call the parser cannot read stays text, as
+in training. The tokens, log-probabilities and weight versions of every choice travel with the
+response (`Outcome.extension`, the `agentrl` field).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from agentrl_jax.chat.conversation import Message, TemplateNotPrefixStableError
+from agentrl_jax.chat.tool_parsers import ParsedTurn, get_parser
+from agentrl_jax.rollout.agent_loop import Generator
+from agentrl_jax.sampling.types import GenerateRequest, GenerationResult, SamplingParams
+from agentrl_jax.serving import errors, schemas
+from agentrl_jax.serving.trajectories import Trajectory, TrajectoryBusyError, TrajectoryStore
+
+# Function names both parsers read back (glm4 writes the name bare on its own line).
+TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """Settings of one server.
+
+    Attributes:
+      models: served model name -> engine policy (`SamplingEngine`'s pool) it samples from.
+      max_context: the engine's context limit (prompt + completion), in tokens.
+      default_max_tokens: completion budget when a request names none (capped by the context).
+      max_n: most choices per request.
+      max_concurrent: requests generating at once; more are refused with 429.
+      max_body_bytes: larger request bodies are refused with 413.
+      api_key: required as `Authorization: Bearer KEY` when set (401 otherwise).
+      max_trajectories: open trajectories kept; the least recently used is dropped beyond.
+    """
+
+    models: dict[str, str]
+    max_context: int
+    default_max_tokens: int = 512
+    max_n: int = 8
+    max_concurrent: int = 64
+    max_body_bytes: int = 4 << 20
+    api_key: str | None = None
+    max_trajectories: int = 1024
+
+
+@dataclasses.dataclass
+class Choice:
+    result: GenerationResult
+    text: str  # the text returned (decoded, stop string cut)
+    message: Message | None = None  # chat: the assistant message returned
+    finish_reason: str = "stop"
+
+
+@dataclasses.dataclass
+class Outcome:
+    """The sampled choices of one request, with what the response reports about them."""
+
+    prompt: list[int]
+    choices: list[Choice]
+    trajectory: Trajectory | None = None
+
+    @property
+    def usage(self) -> dict[str, int]:
+        completion = sum(len(c.result.tokens) for c in self.choices)
+        return {"prompt_tokens": len(self.prompt), "completion_tokens": completion,
+                "total_tokens": len(self.prompt) + completion}
+
+    def extension(self) -> dict[str, Any]:
+        """The `agentrl` field: the exact token stream of the request and of each choice."""
+        traj = self.trajectory
+        return {
+            "trajectory_id": traj.id if traj else None,
+            "segment": len(traj.segments) - 1 if traj else None,
+            "prompt_token_ids": list(self.prompt),
+            "num_reused_tokens": max((c.result.num_reused_tokens for c in self.choices),
+                                     default=0),
+            "choices": [{"index": i, "completion_token_ids": list(c.result.tokens),
+                         "logprobs": list(c.result.logprobs),
+                         "weight_versions": list(c.result.versions),
+                         "policy": c.result.policy,
+                         "engine_finish_reason": str(c.result.finish_reason)}
+                        for i, c in enumerate(self.choices)],
+        }
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A checked request, ready to sample."""
+
+    prompt: list[int]
+    params: list[SamplingParams]
+    policy: str
+    trajectory: Trajectory | None = None
+    session_id: str | None = None
+    evicted: list[str] = dataclasses.field(default_factory=list)  # sessions to end first
+    parse: bool = False  # read tool calls out of the text
+    chat: bool = True
+
+
+class Service:
+    """Requests to engine calls and back."""
+
+    def __init__(self, engine: Generator, tokenizer: Any, parser: str,
+                 end_of_turn_ids: Sequence[int], config: ServerConfig):
+        self.engine, self.tokenizer, self.config = engine, tokenizer, config
+        self.parser_name = parser
+        self.parser = get_parser(parser)
+        self.end_of_turn_ids = tuple(int(i) for i in end_of_turn_ids)
+        policies = list(dict.fromkeys(config.models.values()))
+        self.trajectories = TrajectoryStore(
+            tokenizer, parser, self.end_of_turn_ids,
+            {p: i for i, p in enumerate(policies)}, config.max_trajectories)
+
+    # ---- checks ----------------------------------------------------------------------------
+
+    def policy_for(self, model: str) -> str:
+        if model not in self.config.models:
+            raise errors.model_not_found(model, list(self.config.models))
+        return self.config.models[model]
+
+    def _check_common(self, request: schemas._Sampling) -> None:
+        for param, why in schemas.refused_parameters(request):
+            raise errors.unsupported(param, why)
+        if request.n > self.config.max_n:
+            raise errors.bad_request(f"n={request.n} is more than this server's {self.config.max_n}"
+                                     " choices per request", param="n")
+        stops = request.stop_strings()
+        if len(stops) > schemas.MAX_STOP_STRINGS or any(not s for s in stops):
+            raise errors.bad_request(f"stop takes at most {schemas.MAX_STOP_STRINGS} non-empty "
+                                     "strings", param="stop")
+
+    def _params(self, request: schemas._Sampling, prompt_len: int, choice: int) -> SamplingParams:
+        limit, asked = self.config.max_context, request.max_new_tokens()  # type: ignore[attr-defined]
+        if prompt_len >= limit or (asked is not None and prompt_len + asked > limit):
+            raise errors.context_length_exceeded(limit, prompt_len, asked)
+        max_new = asked if asked is not None else min(self.config.default_max_tokens,
+                                                      limit - prompt_len)
+        seed = None if request.seed is None else (request.seed + choice) % 2**31
+        return SamplingParams(
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p, max_new_tokens=max_new,
+            stop_token_ids=self.end_of_turn_ids, stop_strings=request.stop_strings(), seed=seed)
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def _all_params(self, request: schemas._Sampling, prompt: list[int]) -> list[SamplingParams]:
+        return [self._params(request, len(prompt), i) for i in range(request.n)]
+
+    async def run(self, prepared: Prepared) -> Outcome:
+        """Samples a prepared request's choices (the first shares the trajectory's KV session)
+        and records the trajectory's turn."""
+        try:
+            for old in prepared.evicted:
+                await self.engine.end_session(old)
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(self.engine.generate(GenerateRequest(
+                        prepared.prompt, p, prepared.policy,
+                        prepared.session_id if i == 0 else None)))
+                        for i, p in enumerate(prepared.params)]
+            except BaseExceptionGroup as failed:
+                raise errors.engine_error(failed.exceptions[0]) from failed.exceptions[0]
+        except BaseException:
+            self.release(prepared)
+            raise
+        results = [t.result() for t in tasks]
+        if prepared.chat:
+            choices = [self._chat_choice(r, prepared.parse) for r in results]
+        else:
+            choices = [Choice(r, self._text(r), None,
+                              "length" if r.finish_reason == "length" else "stop")
+                       for r in results]
+        if prepared.trajectory is not None:
+            first = choices[0]
+            self.trajectories.end_turn(prepared.trajectory, tokens=first.result.tokens,
+                                       logprobs=first.result.logprobs,
+                                       versions=first.result.versions, policy=prepared.policy,
+                                       returned=first.message)
+        return Outcome(prepared.prompt, choices, prepared.trajectory)
+
+    def release(self, prepared: Prepared) -> None:
+        """Frees the trajectory of a prepared request that will not be (or was not) sampled."""
+        if prepared.trajectory is not None and prepared.trajectory.busy:
+            self.trajectories.end_turn(prepared.trajectory)
+
+    def _text(self, result: GenerationResult) -> str:
+        tokens = result.tokens
+        if tokens and tokens[-1] in self.end_of_turn_ids:
+            tokens = tokens[:-1]
+        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        if result.stop_string is not None:  # OpenAI returns the text before the stop string
+            text = text[: text.find(result.stop_string)] if result.stop_string in text else text
+        return text
+
+    def token_texts(self, tokens: Sequence[int]) -> list[str]:
+        """Each token's own text (a byte-level token that splits a character decodes to U+FFFD)."""
+        return [self.tokenizer.decode([t], skip_special_tokens=False) for t in tokens]
+
+    def prepare_chat(self, request: schemas.ChatCompletionRequest,
+                     trajectory_id: str | None) -> Prepared:
+        """Checks and renders a chat request (every 4xx is raised here, before any response
+        is started); with a trajectory, its turn is begun (`run` or `release` ends it)."""
+        self._check_common(request)
+        policy = self.policy_for(request.model)
+        tools = self._tools(request)
+        parse = tools is not None and request.tool_choice != "none"
+        messages = [_message(m, i) for i, m in enumerate(request.messages)]
+        if trajectory_id is not None and request.n != 1:
+            raise errors.bad_request("a trajectory is one token stream: n must be 1", param="n")
+        if trajectory_id is None:
+            try:
+                prompt = self.trajectories.new_conversation(messages, tools).prompt_tokens()
+            except (TemplateNotPrefixStableError, ValueError, TypeError) as e:
+                raise errors.bad_request(f"the messages cannot be rendered: {e}",
+                                         param="messages") from e
+            return Prepared(prompt, self._all_params(request, prompt), policy, parse=parse)
+        try:
+            trajectory, evicted = self.trajectories.begin_turn(trajectory_id, messages, tools)
+        except TrajectoryBusyError as e:
+            raise errors.APIError(409, str(e), type=errors.CONFLICT, code="trajectory_busy") from e
+        except (TemplateNotPrefixStableError, ValueError, TypeError) as e:
+            raise errors.bad_request(f"the messages cannot be rendered: {e}",
+                                     param="messages") from e
+        segment = trajectory.current
+        prepared = Prepared(segment.conversation.prompt_tokens(), [], policy, trajectory,
+                            segment.session_id, evicted, parse=parse)
+        try:
+            prepared.params = self._all_params(request, prepared.prompt)
+        except BaseException:
+            self.release(prepared)
+            raise
+        return prepared
+
+    def _chat_choice(self, result: GenerationResult, parse: bool) -> Choice:
+        text = self._text(result)
+        finish = "length" if result.finish_reason == "length" else "stop"
+        message: Message = {"role": "assistant", "content": text}
+        parsed = self.parser.parse(text) if parse else None
+        if isinstance(parsed, ParsedTurn) and parsed.tool_calls:
+            calls = [{**call, "id": f"call_{uuid.uuid4().hex[:24]}"} for call in parsed.tool_calls]
+            message = {"role": "assistant", "content": parsed.content or None,
+                       "tool_calls": calls}
+            finish = "tool_calls"
+        return Choice(result, text, message, finish)
+
+    def prepare_completion(self, request: schemas.CompletionRequest) -> Prepared:
+        self._check_common(request)
+        policy = self.policy_for(request.model)
+        prompt = self._completion_prompt(request.prompt)
+        return Prepared(prompt, self._all_params(request, prompt), policy, chat=False)
+
+    def _completion_prompt(self, prompt: str | list[str] | list[int]) -> list[int]:
+        if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+            vocab = len(self.tokenizer)
+            if any(not 0 <= int(p) < vocab for p in prompt):
+                raise errors.bad_request(f"token ids must be in [0, {vocab})", param="prompt")
+            return [int(p) for p in prompt]
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise errors.unsupported("prompt", "one prompt per request (a string or a list "
+                                         "of token ids); send a batch as separate requests")
+            prompt = str(prompt[0])
+        ids = list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        if not ids:
+            raise errors.bad_request("the prompt is empty", param="prompt")
+        return ids
+
+    def _tools(self, request: schemas.ChatCompletionRequest) -> list[dict[str, Any]] | None:
+        """The request's tools as the templates take them; 400 for those the parser cannot
+        serve and for a tool_choice the sampler cannot enforce."""
+        choice = request.tool_choice
+        if not request.tools:
+            if choice not in (None, "none", "auto"):
+                raise errors.bad_request("tool_choice needs tools", param="tool_choice")
+            return None
+        if choice not in (None, "auto", "none"):
+            raise errors.unsupported("tool_choice", "only 'auto' and 'none': decoding is not "
+                                     "constrained, so a call cannot be forced")
+        seen: set[str] = set()
+        out = []
+        for i, tool in enumerate(request.tools):
+            fn, where = tool.function, f"tools[{i}]"
+            if tool.type != "function":
+                raise errors.bad_request(f"tool type {tool.type!r}: only 'function' tools are "
+                                         "served", param=f"{where}.type",
+                                         code="invalid_tool_schema")
+            if not TOOL_NAME.fullmatch(fn.name) or fn.name in seen:
+                raise errors.bad_request(
+                    f"tool name {fn.name!r} cannot be served: names must be unique and match "
+                    f"{TOOL_NAME.pattern} for the {self.parser_name} parser to read calls back",
+                    param=f"{where}.function.name", code="invalid_tool_schema")
+            if fn.strict:
+                raise errors.bad_request("strict tool schemas cannot be served: calls are "
+                                         "parsed, not constrained to the schema",
+                                         param=f"{where}.function.strict",
+                                         code="invalid_tool_schema")
+            if fn.parameters is not None and fn.parameters.get("type", "object") != "object":
+                raise errors.bad_request("tool parameters must be a JSON schema of type "
+                                         "'object'", param=f"{where}.function.parameters",
+                                         code="invalid_tool_schema")
+            seen.add(fn.name)
+            out.append({"type": "function", "function": fn.model_dump(exclude_none=True)})
+        return out
+
+
+def _message(message: schemas.ChatMessage, index: int) -> Message:
+    """An OpenAI message as the templates take it: text content, arguments as JSON text."""
+    content = message.content
+    if isinstance(content, list):
+        if any(part.type != "text" or part.text is None for part in content):
+            raise errors.unsupported(f"messages[{index}].content",
+                                     "only text content parts are served")
+        content = "".join(part.text or "" for part in content)
+    out: Message = {"role": "system" if message.role == "developer" else message.role,
+                    "content": content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {
+                "name": call.function.name,
+                "arguments": call.function.arguments if isinstance(call.function.arguments, str)
+                else json.dumps(call.function.arguments, ensure_ascii=False)}}
+            for call in message.tool_calls]
+    for key in ("name", "tool_call_id"):
+        if getattr(message, key) is not None:
+            out[key] = getattr(message, key)
+    return out
