@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from agentrl_jax import compile_cache
 from agentrl_jax.evaluation import bfcl
 from agentrl_jax.evaluation.bfcl_policy import EnginePolicy
 
@@ -36,6 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> bfcl.Report:
     args = parse_args(argv)
+    compile_cache.enable()
     start = time.monotonic()
     with EnginePolicy(args.model, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, max_context=args.max_context,

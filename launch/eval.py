@@ -50,6 +50,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from agentrl_jax import compile_cache
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, protocol
@@ -390,6 +391,7 @@ def main(argv: Sequence[str]) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
+    compile_cache.enable()
     try:
         run_eval(FLAGS.config)
     except EvalError as error:   # a checkpoint or task that does not exist: say so, no trace

@@ -27,6 +27,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
+from agentrl_jax import compile_cache
 from agentrl_jax.checkpoint import BaseMismatchError, CheckpointManager
 from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.models import peft_io
@@ -125,6 +126,7 @@ flags.DEFINE_bool("lora", False, "The checkpoint holds LoRA adapters: write the 
 
 def main(argv: Sequence[str]) -> None:
     del argv
+    compile_cache.enable()
     if FLAGS.lora:
         out, adapter = export_lora_checkpoint(
             FLAGS.checkpoint_dir, FLAGS.base_model, FLAGS.out, step=FLAGS.step, dtype=FLAGS.dtype)

@@ -59,6 +59,7 @@ from absl import logging as absl_logging
 from jax.sharding import Mesh
 from ml_collections import config_flags
 
+from agentrl_jax import compile_cache
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.experiment import policy as policy_lib
@@ -437,6 +438,7 @@ def start(argv: list[str]) -> ml_collections.ConfigDict:
 
 
 def main(argv: list[str]) -> None:
+    compile_cache.enable()
     run(start(argv))
 
 

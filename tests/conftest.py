@@ -2,6 +2,8 @@
 
 Eight virtual CPU devices, so that sharding and mesh tests run on any machine. The flag must be
 set before the first `import jax` anywhere in the session, hence here, at conftest import time.
+The persistent compilation cache is on, as in the entry points (`agentrl_jax/compile_cache.py`),
+so a second run of the suite loads what the first compiled; the processes tests start inherit it.
 """
 
 import os
@@ -11,6 +13,10 @@ if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 # Tests never reach a model hub: every model and tokenizer comes from the local zoo cache.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from agentrl_jax import compile_cache  # noqa: E402
+
+compile_cache.enable()
 
 
 import pytest  # noqa: E402

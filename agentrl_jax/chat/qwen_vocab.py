@@ -16,8 +16,9 @@ import json
 import pathlib
 from typing import Any
 
+from agentrl_jax.cache_dirs import cache_root
 from agentrl_jax.chat.templates import QWEN25_CHAT_TEMPLATE
-from agentrl_jax.models.zoo import cache_root, materialize
+from agentrl_jax.models.zoo import materialize
 
 # Qwen2's pre-tokenizer split: contractions, letter runs with one optional leading non-letter,
 # single digits, punctuation runs, newlines, and whitespace.

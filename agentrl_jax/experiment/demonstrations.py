@@ -3,7 +3,7 @@
 Each task's oracle (`environments/<task>/oracle.py`) is played on `limit` indices spread evenly
 over a split (`evaluation.protocol.demo_indices`: a split's front is often one kind of problem)
 through a real task worker, by `python -m environments.oracle --export` in a subprocess,
-and the episodes are kept as JSONL under the cache (`models.zoo.cache_root()/demos`). A file is
+and the episodes are kept as JSONL under the cache (`cache_dirs.cache_root()/demos`). A file is
 written under a temporary name and renamed when complete, so a killed run never leaves a partial
 cache behind; a later run (or another run directory) reuses it.
 """
@@ -16,7 +16,7 @@ import pathlib
 import subprocess
 import sys
 
-from agentrl_jax.models.zoo import cache_root
+from agentrl_jax.cache_dirs import cache_root
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """The model zoo: short names for models that exist offline, resolved to HF directories.
 
 A zoo entry is built once, on first use, into the user cache
-(`$AGENTRL_JAX_CACHE/models/<name>`, default `~/.cache/agentrl_jax/models/<name>`) and reused
+(`cache_dirs.cache_root()/models/<name>`) and reused
 afterwards. Builds are published atomically: files are written into a temporary sibling directory
 that is renamed into place only when complete, so a killed build never leaves a half cache.
 """
@@ -18,15 +18,9 @@ import shutil
 import tempfile
 from collections.abc import Callable
 
-CACHE_ENV_VAR = "AGENTRL_JAX_CACHE"
+from agentrl_jax.cache_dirs import cache_root
+
 _BUILD_STAMP = "agentrl_jax_build.json"
-
-
-def cache_root() -> pathlib.Path:
-    """The root of agentrl_jax's cache: `$AGENTRL_JAX_CACHE` or `~/.cache/agentrl_jax`."""
-    if env := os.environ.get(CACHE_ENV_VAR):
-        return pathlib.Path(env).expanduser()
-    return pathlib.Path("~/.cache/agentrl_jax").expanduser()
 
 
 def _stamp_version(directory: pathlib.Path) -> int | None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from flax import nnx
 
+from agentrl_jax import compile_cache
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.dataclass_config import dataclass_from
 from agentrl_jax.models import lora as lora_lib
@@ -296,6 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    compile_cache.enable()
     print(f"sampling worker starting, hub {args.hub}", flush=True)
     asyncio.run(SamplingWorker(args.hub, args.concurrency, args.worker_id, seed=args.seed).run())
 

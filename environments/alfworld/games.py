@@ -21,6 +21,7 @@ import random
 import shutil
 import tempfile
 
+from agentrl_jax import cache_dirs
 from environments.alfworld.generate import SPLIT_FOLDERS, TASK_TYPES, make_game
 
 DATA_VERSION = "json_2.1.1"
@@ -30,9 +31,7 @@ TEST_GAMES = 120             # AgentBench tests on 109 valid_unseen games
 
 
 def cache_root() -> pathlib.Path:
-    if root := os.environ.get("AGENTRL_JAX_CACHE"):
-        return pathlib.Path(root) / "alfworld"
-    return pathlib.Path("~/.cache/agentrl_jax/alfworld").expanduser()
+    return cache_dirs.cache_root() / "alfworld"
 
 
 def list_games(root: pathlib.Path, split: str) -> list[pathlib.Path]:

@@ -19,6 +19,7 @@ import random
 import tempfile
 from typing import Any
 
+from agentrl_jax import cache_dirs
 from environments.webshop.goals import make_goal
 from environments.webshop.products import make_products
 from environments.webshop.vocabulary import make_brands
@@ -31,9 +32,7 @@ NUM_BRANDS = 800
 
 
 def cache_root() -> pathlib.Path:
-    if root := os.environ.get("AGENTRL_JAX_CACHE"):
-        return pathlib.Path(root) / "webshop"
-    return pathlib.Path("~/.cache/agentrl_jax/webshop").expanduser()
+    return cache_dirs.cache_root() / "webshop"
 
 
 def generate_store(seed: int = 0, num_products: int = NUM_PRODUCTS,

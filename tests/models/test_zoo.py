@@ -4,22 +4,23 @@ import json
 
 import pytest
 
+from agentrl_jax import cache_dirs
 from agentrl_jax.models import zoo
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(zoo.CACHE_ENV_VAR, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache_dirs.CACHE_ENV_VAR, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
 def test_cache_root_env_override(cache):
-    assert zoo.cache_root() == cache
+    assert cache_dirs.cache_root() == cache
 
 
 def test_cache_root_default(monkeypatch):
-    monkeypatch.delenv(zoo.CACHE_ENV_VAR, raising=False)
-    assert str(zoo.cache_root()).endswith(".cache/agentrl_jax")
+    monkeypatch.delenv(cache_dirs.CACHE_ENV_VAR, raising=False)
+    assert str(cache_dirs.cache_root()).endswith(".cache/agentrl_jax")
 
 
 def _counting_build(calls):
