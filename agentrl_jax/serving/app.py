@@ -34,7 +34,7 @@ TRAJECTORY_HEADER = "X-Trajectory-Id"
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a body over `limit` bytes, declared or streamed."""
+    """ASGI middleware: 413 for a body over `limit` bytes, declared or streamed (chunked)."""
 
     def __init__(self, app: ASGIApp, limit: int):
         self.app, self.limit = app, limit
@@ -49,17 +49,27 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await too_large.response()(scope, receive, send)
             return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        # Read the body here, at most `limit` bytes of it, and hand it on whole.
+        body, more = b"", True
+        while more:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise too_large
-            return message
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await too_large.response()(scope, receive, send)
+                return
+        replayed = False
 
-        await self.app(scope, limited, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 class Counters:
@@ -111,10 +121,7 @@ def create_app(service: Service) -> FastAPI:
                 return errors.APIError(401, "Incorrect API key provided.",
                                        type=errors.AUTHENTICATION,
                                        code="invalid_api_key").response()
-        try:
-            return await call_next(request)
-        except errors.APIError as e:  # raised while the body was read (BodyLimit)
-            return e.response()
+        return await call_next(request)
 
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
 
