@@ -25,11 +25,17 @@ Roots (`ROOTS`):
 Grading. AgentBench runs its check scripts with `docker exec` in the problem's container, so
 what they call is whatever the agent left there: a function or an alias named like a command (in
 our former single-shell design), an executable earlier on PATH, a hijacked shell. Here a check
-runs after everything of the agent is stopped, as a separate process that inherits nothing from
-the agent's shell (own PID namespace, environment `CHECK_ENV`, no fd of the shell), whose
-interpreters, libraries and linker configuration come from the pristine image (sandbox
-`pristine_system`), while the files the agent changed (its home, /etc/passwd, /usr/stock.log, a
-command it installed in /usr/local/bin) stay visible, which is what the problems check. PATH puts
+runs when AgentBench runs it, once the agent has answered, and sees the agent's machine as
+`docker exec` does: on the overlay root everything of the agent is frozen (not stopped) and the
+check runs beside it, in its PID namespace, so the reference `example` counts the same
+processes (init's background `sleep`s, what the agent started) and files as the agent's own
+commands did (sandbox `ShellSession.exec`); on the other roots, which cannot freeze, everything
+of the agent is stopped first. Either way nothing of the agent runs while a check does, and the
+check is a separate process that inherits nothing from the agent's shell (environment
+`CHECK_ENV`, no fd of the shell), whose interpreters, libraries and linker configuration come
+from the pristine image (sandbox `pristine_system`), while the files the agent changed (its
+home, /etc/passwd, /usr/stock.log, a command it installed in /usr/local/bin) stay visible, which
+is what the problems check. PATH puts
 the image's directories first, so /usr/local/bin only adds commands the image lacks; Python
 ignores the user site and the working directory.
 
@@ -52,6 +58,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from environments.sandbox import ExecStatus, Limits, Sandbox, SandboxConfig, SandboxError
+from environments.sandbox.config import container_open_files
 
 ROOTS = ("overlay", "seeded", "host")
 WRITABLE = ("/root", "/home", "/tmp", "/etc", "/var", "/usr/local", "/opt", "/srv", "/mnt",
@@ -104,7 +111,7 @@ class MachineSpec:
     image: str | None
     root: str
     scratch_dir: str | None = None
-    limits: Limits = Limits(timeout_s=COMMAND_TIMEOUT_S)
+    limits: Limits = Limits(timeout_s=COMMAND_TIMEOUT_S, open_files=container_open_files())
     worker_memory_bytes: int | None = None
 
     def sandbox_config(self) -> SandboxConfig:
@@ -188,7 +195,8 @@ class Machine:
                     timeout: float = CHECK_TIMEOUT_S) -> tuple[int, str]:
         """Runs a check script as the grader (see the module docstring): (status, output).
 
-        Stops everything the agent runs first (for good: grading ends the episode). A machine
+        Freezes (or stops) everything the agent runs first, for good: grading ends the
+        episode. A machine
         whose system directories the agent replaced cannot be graded: status 1 and the reason.
         """
         command = _argv(script, *args)

@@ -1,8 +1,10 @@
 """The OS task (AgentBench-FC os_interaction): operate or answer questions in a Linux shell.
 
-Episode: the problem's machine is built (init scripts, then the background `start` command),
-the agent gets a system prompt and "Now, I will start a new problem in a new OS. My problem
-is: ...", and has `max_rounds` (8) turns. Each turn's tool calls run in order:
+Episode, in AgentBench's order: the problem's machine is built, its init scripts run each as
+its own process, then `start` runs in the agent's persistent shell (so its cwd, variables and
+background jobs are what the agent begins with), the agent gets a system prompt and "Now, I
+will start a new problem in a new OS. My problem is: ...", and has `max_rounds` (8) turns.
+Each turn's tool calls run in order:
 
     bash_action(script)     runs in the persistent shell (30 s); the reply is "The output of the
                             OS:\n\n<stdout+stderr>", cut to 780 characters plus a note when it
@@ -13,8 +15,9 @@ is: ...", and has `max_rounds` (8) turns. Each turn's tool calls run in order:
 Grading is AgentBench's: `match` compares the (stripped) answer with the expected string or
 searches a regex; `check` runs each check script in the machine as its own process with the
 arguments [answer, output of the previous scripts...], a null script meaning the reference
-`example`; all must exit 0. Unlike AgentBench's, a check runs after the agent's processes are
-stopped, on the image's own interpreters and tools (see machine.py, "Grading"). Reward 1 or 0,
+`example`; all must exit 0. As AgentBench's, the checks (the example included) run after the answer
+in the agent's machine, among its processes; unlike AgentBench's, those are frozen meanwhile and
+the checks run on the image's own interpreters and tools (see machine.py, "Grading"). Reward 1 or 0,
 status `completed`. A turn without tool calls gets a
 user message and a call with bad arguments or an unknown name an error tool message; both cost
 the round. Out of rounds: `task limit reached`. An init script that fails: `task error`.
@@ -48,7 +51,7 @@ from environments.os_interaction.machine import (
 )
 from environments.registry import task_key
 from environments.sandbox import Limits, cgroup
-from environments.sandbox.config import default_worker_memory_bytes
+from environments.sandbox.config import container_open_files, default_worker_memory_bytes
 from environments.sandbox.layer import remove_stale_layers
 from environments.sandbox.mounts import host_root
 from environments.sandbox.uids import is_leased
@@ -158,8 +161,11 @@ class OSTask(Task):
                              f"memory and cpu controllers under {cgroup.CGROUP_ROOT}, which this "
                              "worker cannot use; mount them, or pass memory_mb=0 cpus=0")
         # 0 turns a bound off.
+        # A container's open-file limit (scripts use high fds); the bounds above are the
+        # machine's protection and stay.
         limits = Limits(timeout_s=COMMAND_TIMEOUT_S, sandbox_memory_bytes=memory_mb * 1024**2
-                        or None, disk_bytes=disk_mb * 1024**2 or None, cpus=cpus or None)
+                        or None, disk_bytes=disk_mb * 1024**2 or None, cpus=cpus or None,
+                        open_files=container_open_files())
         worker_memory = (default_worker_memory_bytes() if worker_memory_mb is None
                          else worker_memory_mb * 1024**2)
         self.specs: dict[str, MachineSpec] = {}

@@ -4,14 +4,17 @@ bwrap runs unprivileged (as the sandbox's own host uid, see `uids.py`) and build
   * new user, PID, IPC, UTS and cgroup namespaces, and a new network namespace unless the config
     asks for the network (then the host's is shared);
   * a mount namespace whose root is the image read-only (or the host's /usr read-only when there
-    is no image), fresh /proc, a read-only /dev with a size-capped /dev/shm, and the private
-    layer's directories as the only other writable paths;
+    is no image), fresh /proc with Docker's masks (`PROC_MASKED_FILES`), a read-only /dev with a
+    size-capped /dev/shm, and the private layer's directories as the only other writable paths;
   * no capabilities, a new terminal session (so TIOCSTI cannot inject into ours), no nested user
     namespaces, a cleared environment, and death when its parent (the worker) dies.
 
 A sandbox with users of its own (`SandboxConfig.uid_block`) instead joins the user namespace the
 worker made for it (`--userns FD`, `uid_block.py`: 65536 ids of its own, no nested user
 namespaces) and its root keeps `USERS_CAPS`, namespaced: they act on its own ids' files only.
+
+A grader can run in a running sandbox's PID namespace (`pidns_fd`, bwrap `--pidns`), beside its
+processes, instead of a new one.
 
 bwrap reports, on --info-fd, the host pid of the sandbox's PID 1 (bwrap's own init); killing it
 ends every process of the sandbox at once (see `process.py`).
@@ -49,6 +52,17 @@ _PRISTINE_DIRS = ("usr/bin", "usr/sbin", "usr/lib", "usr/lib32", "usr/lib64", "u
 # Interpreters' configuration that runs code at their start (Debian's python3.X/sitecustomize.py).
 _PRISTINE_GLOBS = ("etc/python3*",)
 _PRISTINE_FILES = ("etc/ld.so.cache", "etc/ld.so.conf")
+# /proc as a container's root sees it. Docker's default masked paths (a file: /dev/null bound
+# over it, writes discarded; a directory: an empty read-only tmpfs), plus what bwrap's fresh
+# /proc leaves unreadable to a machine's root because its owner (host root) is unmapped there,
+# where Docker's root reads it: /proc/tty/driver, which `find /` would report as "Permission
+# denied". Docker's read-only paths are already so here: bwrap binds /proc/sys, sysrq-trigger,
+# irq and bus read-only itself, and /proc/fs is host root's, unwritable inside. /sys is not
+# mounted (the image's empty /sys), so Docker's /sys masks have nothing to cover. Only the
+# paths this kernel has are masked.
+PROC_MASKED_FILES = ("/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+                     "/proc/timer_stats", "/proc/sched_debug")
+PROC_MASKED_DIRS = ("/proc/asound", "/proc/acpi", "/proc/scsi", "/proc/tty/driver")
 # What the root of a sandbox with users keeps: Docker's default set for a container's root, less
 # what has no use without devices or a real network (MKNOD, NET_RAW, AUDIT_WRITE) and the
 # capability-editing ones (SETPCAP, SETFCAP).
@@ -59,14 +73,22 @@ USERS_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_
 def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str],
                info_fd: int | str | None = None, bwrap: str = "bwrap",
                pristine_system: bool = False, env: Mapping[str, str] | None = None,
-               userns_fd: int | None = None) -> list[str]:
+               userns_fd: int | None = None, pidns_fd: int | None = None) -> list[str]:
     """The argv that runs `command` in a sandbox described by `config` over `layer`.
 
     `env` replaces `config.env` (HOME is the workdir unless `env` sets it). `userns_fd`: the
-    user namespace of a `config.uid_block` sandbox (the caller passes the fd on).
+    user namespace of a `config.uid_block` sandbox (the caller passes the fd on). `pidns_fd`:
+    run in that PID namespace (a running sandbox's, owned by that user namespace) instead of a
+    new one, so that the command sees and is seen by its processes.
     """
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
+    if pidns_fd is None:
+        argv.append("--unshare-pid")
+    elif not config.uid_block:
+        raise ValueError("joining a sandbox's PID namespace needs its user namespace (uid_block)")
+    else:
+        argv += ["--pidns", str(pidns_fd)]
     if config.uid_block:
         if userns_fd is None:
             raise ValueError("a sandbox with users of its own needs its user namespace's fd")
@@ -112,7 +134,7 @@ def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
             args += ["--ro-bind-try", path, path]
     # --dev is a fresh tmpfs with the safe device nodes; only its shm may be written, and that
     # one is size-capped (tmpfs pages are memory the rlimits do not count).
-    args += ["--proc", "/proc", "--dev", "/dev",
+    args += ["--proc", "/proc", *_proc_masks(), "--dev", "/dev",
              "--perms", "1777", "--size", str(config.limits.shm_bytes), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev"]
     for dest, src in layer.writable.items():
@@ -123,6 +145,21 @@ def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
         # Without an image, bwrap's root is a tmpfs holding the mount points: make it read-only,
         # or the sandbox could write (and fill memory) anywhere outside the private layer.
         args += ["--remount-ro", "/"]
+    return args
+
+
+def _proc_masks() -> list[str]:
+    """The bwrap arguments that mask `PROC_MASKED_FILES` and `PROC_MASKED_DIRS` (see above).
+
+    The sandbox's /proc shows the host's kernel, so the host's /proc says which paths exist.
+    """
+    args = []
+    for path in PROC_MASKED_FILES:
+        if os.path.isfile(path):
+            args += ["--dev-bind", "/dev/null", path]   # (--ro-bind would make it nodev)
+    for path in PROC_MASKED_DIRS:
+        if os.path.isdir(path):
+            args += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
     return args
 
 

@@ -18,6 +18,13 @@ that) and then execs prlimit and bwrap, so everything started inside inherits th
 sandbox cannot see or change them: it has no /sys/fs/cgroup.
 
 Needs root and cgroup v1 controllers mounted at /sys/fs/cgroup/<controller> (`available()`).
+
+Freezing (`freezer=True`, where the v1 freezer is mounted: `freezer_available()`). A sandbox's
+processes are in its freezer cgroup `<sandbox id>`, a grader's beside them in `<sandbox
+id>.grader`: `freeze()` stops every process of the sandbox at once, forks in flight included,
+so that a grader can look at them (`ps`, their files) while none of them can act, and
+`kill(group)` ends every process of a group (a frozen v1 task dies only once thawed, so it is
+killed frozen, then thawed).
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ import atexit
 import errno
 import functools
 import os
+import signal
 import threading
 import time
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 CONTROLLERS = ("memory", "cpu", "pids")
+FREEZER = "freezer"
+AGENT, GRADER = "agent", "grader"   # the freezer groups of one sandbox
 CFS_PERIOD_US = 100_000
 _ATTACH = ('while [ "$1" != -- ]; do printf "%s\\n" "$$" > "$1" || exit 125; shift; done; '
            'shift; exec "$@"')
@@ -41,6 +51,11 @@ def available() -> bool:
     """Whether this process can make v1 memory, cpu and pids cgroups (root, mounted)."""
     return os.geteuid() == 0 and all(
         os.path.isfile(os.path.join(CGROUP_ROOT, c, "cgroup.procs")) for c in CONTROLLERS)
+
+
+def freezer_available() -> bool:
+    """Whether this process can also make v1 freezer cgroups."""
+    return available() and os.path.isfile(os.path.join(CGROUP_ROOT, FREEZER, "cgroup.procs"))
 
 
 def own_cgroup(controller: str) -> str:
@@ -64,7 +79,7 @@ def _worker_group(controller: str) -> str:
 def remove_stale_groups() -> list[str]:
     """Removes the cgroups of workers that died (their `agentrl_jax-<pid>` parents)."""
     removed = []
-    for controller in CONTROLLERS:
+    for controller in (*CONTROLLERS, *((FREEZER,) if freezer_available() else ())):
         parent = own_cgroup(controller)
         for name in os.listdir(parent):
             if not name.startswith("agentrl_jax-") or not name[12:].isdigit():
@@ -96,15 +111,20 @@ class SandboxCgroup:
       cpus: CPU quota in CPUs (0.5: half of one core); None: none.
       worker_memory_bytes: total limit of all this worker's sandboxes; None: none.
       processes: limit of the sandbox's processes and threads together; None: none.
+      freezer: also the freezer groups AGENT and GRADER (see the module docstring).
     """
 
     def __init__(self, name: str, owner: int, memory_bytes: int | None, cpus: float | None,
-                 worker_memory_bytes: int | None, processes: int | None = None):
+                 worker_memory_bytes: int | None, processes: int | None = None,
+                 freezer: bool = False):
         with _lock:
             self.paths = {c: os.path.join(_worker_group(c), name) for c in CONTROLLERS}
+            self.freezers = ({AGENT: os.path.join(_worker_group(FREEZER), name),
+                              GRADER: os.path.join(_worker_group(FREEZER), name + ".grader")}
+                             if freezer else {})
             _set_worker_memory(worker_memory_bytes)
         try:
-            for path in self.paths.values():
+            for path in (*self.paths.values(), *self.freezers.values()):
                 os.mkdir(path)
                 for name_ in ("cgroup.procs", "tasks"):
                     os.chown(os.path.join(path, name_), owner, owner)
@@ -123,9 +143,13 @@ class SandboxCgroup:
             self.remove()
             raise
 
-    def attach_argv(self) -> list[str]:
-        """The prefix that runs the rest of an argv inside this sandbox's cgroups."""
-        procs = [os.path.join(p, "cgroup.procs") for p in self.paths.values()]
+    def attach_argv(self, group: str = AGENT) -> list[str]:
+        """The prefix that runs the rest of an argv inside this sandbox's cgroups.
+
+        `group`: the freezer group (AGENT or GRADER) when the sandbox has them.
+        """
+        paths = [*self.paths.values(), *([self.freezers[group]] if self.freezers else [])]
+        procs = [os.path.join(p, "cgroup.procs") for p in paths]
         return ["/bin/sh", "-c", _ATTACH, "agentrl-cgroup", *procs, "--"]
 
     def memory_usage(self) -> tuple[int, int]:
@@ -142,13 +166,41 @@ class SandboxCgroup:
         with open(os.path.join(self.paths["memory"], "cgroup.procs")) as f:
             return [int(line) for line in f if line.strip()]
 
+    def freeze(self) -> None:
+        """Stops every process of the AGENT group; returns once all are frozen."""
+        self._set_state(AGENT, "FROZEN")
+
+    def kill(self, group: str) -> None:
+        """SIGKILLs every process of a freezer group and leaves it thawed (and soon empty)."""
+        self._set_state(group, "FROZEN")
+        with open(os.path.join(self.freezers[group], "cgroup.procs")) as f:
+            for line in f:
+                try:
+                    os.kill(int(line), signal.SIGKILL)   # frozen: the pid cannot be reused
+                except (ProcessLookupError, ValueError):
+                    pass
+        self._set_state(group, "THAWED")
+
+    def frozen(self) -> bool:
+        return bool(self.freezers) and _read(self.freezers[AGENT], "freezer.state") == "FROZEN"
+
+    def _set_state(self, group: str, state: str) -> None:
+        path = self.freezers[group]
+        for _ in range(1000):
+            with open(os.path.join(path, "freezer.state"), "w") as f:
+                f.write(state)
+            if _read(path, "freezer.state") == state:
+                return
+            time.sleep(0.002)   # FREEZING: a task in the middle of a fork, say
+        raise OSError(f"the freezer cgroup {path} does not reach {state}")
+
     def remove(self) -> None:
         """Removes the cgroups. Kill the sandbox first: a cgroup with processes stays.
 
         Right after the kill the kernel may still count exiting processes (EBUSY) for a moment:
         retried for up to a second.
         """
-        for path in self.paths.values():
+        for path in (*self.paths.values(), *self.freezers.values()):
             _remove_quietly(path)
 
 
@@ -163,6 +215,11 @@ def _write_if_present(path: str, value: int) -> None:
             _write(path, value)
         except OSError:
             pass   # memsw accounting compiled in but disabled: there is no swap to limit
+
+
+def _read(directory: str, name: str) -> str:
+    with open(os.path.join(directory, name)) as f:
+        return f.read().strip()
 
 
 def _read_int(path: str) -> int:

@@ -28,7 +28,8 @@ class Limits:
         uid (see `uids.py`). None: unlimited.
       cpu_seconds: RLIMIT_CPU of every process (SIGXCPU at the limit, SIGKILL a second later).
       file_size_bytes: RLIMIT_FSIZE: the largest file a process may write (SIGXFSZ beyond).
-      open_files: RLIMIT_NOFILE.
+      open_files: RLIMIT_NOFILE (soft = hard); capped at what the worker may set (see
+        `process.reachable_open_files`). A container's is `container_open_files()`.
       shm_bytes: size of the sandbox's /dev/shm (a tmpfs, i.e. memory outside RLIMIT_AS).
       timeout_s: default wall-clock limit of one command (exec or session run).
       output_bytes: stdout and stderr are each truncated to this many bytes.
@@ -51,6 +52,22 @@ class Limits:
     sandbox_memory_bytes: int | None = 2 * 1024**3
     cpus: float | None = 1.0
     disk_bytes: int | None = 1024**3
+
+
+DOCKER_OPEN_FILES = 1_048_576   # Docker's default RLIMIT_NOFILE of a container, soft and hard
+
+
+def container_open_files() -> int:
+    """A container's RLIMIT_NOFILE: Docker's default, capped at the kernel's `fs.nr_open`.
+
+    Scripts depend on it: bash's `exec 5>f` and `echo x 5>f` need fd numbers past a small limit
+    (bash keeps its own fds at 255 and up), and programs size tables by it.
+    """
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            return min(DOCKER_OPEN_FILES, int(f.read()))
+    except (OSError, ValueError):
+        return DOCKER_OPEN_FILES
 
 
 def default_worker_memory_bytes() -> int:

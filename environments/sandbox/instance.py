@@ -20,7 +20,12 @@ from environments.sandbox.apptainer import apptainer_argv
 from environments.sandbox.bwrap import bwrap_argv, pristine_system_problem
 from environments.sandbox.config import SandboxConfig
 from environments.sandbox.layer import PrivateLayer
-from environments.sandbox.process import SandboxProcess, prlimit_argv, spawn
+from environments.sandbox.process import (
+    SandboxProcess,
+    prlimit_argv,
+    reachable_open_files,
+    spawn,
+)
 from environments.sandbox.result import hit_process_limit, mentions_eagain
 from environments.sandbox.uids import UidLease, acquire_uid, count_processes
 
@@ -92,7 +97,9 @@ class SandboxInstance:
                 self.cgroup = cgroup.SandboxCgroup(
                     os.path.basename(self.layer.path), self.uid, limits.sandbox_memory_bytes,
                     limits.cpus, config.worker_memory_bytes,
-                    processes=limits.processes if config.uid_block else None)
+                    processes=limits.processes if config.uid_block else None,
+                    freezer=config.uid_block and self.backend == "bwrap"
+                    and cgroup.freezer_available())
             except BaseException as e:
                 self.close()
                 if isinstance(e, OSError):
@@ -104,34 +111,75 @@ class SandboxInstance:
         """The host uid the sandbox runs as (None: the worker's own, when not root)."""
         return None if self._lease is None else self._lease.uid
 
+    @property
+    def can_freeze(self) -> bool:
+        """Whether a grader can run beside the sandbox's frozen processes (`freeze`, `beside`).
+
+        Needs the freezer groups and the sandbox's own user namespace (`uid_block`), which
+        owns its PID namespace.
+        """
+        return self.cgroup is not None and bool(self.cgroup.freezers) and self._userns is not None
+
+    def freeze(self) -> None:
+        """Stops every process of the sandbox where they are (see `cgroup.py`)."""
+        assert self.cgroup is not None and self.can_freeze, "check can_freeze first"
+        self.cgroup.freeze()
+
+    def frozen(self) -> bool:
+        return self.cgroup is not None and self.cgroup.frozen()
+
+    def kill_group(self, group: str) -> None:
+        """SIGKILLs every process of freezer group `group` (cgroup.AGENT or GRADER), thawed."""
+        if self.cgroup is not None and self.cgroup.freezers:
+            self.cgroup.kill(group)
+
     async def start(self, command: Sequence[str], stdin_pipe: bool = False,
-                    pristine_system: bool = False,
-                    env: Mapping[str, str] | None = None) -> SandboxProcess:
+                    pristine_system: bool = False, env: Mapping[str, str] | None = None,
+                    beside: SandboxProcess | None = None) -> SandboxProcess:
         """Starts `command` inside. Raises SandboxError when the outer process cannot start.
 
         `pristine_system`: the system's code from the untouched image (see `bwrap.py`); start
-        it only while nothing else of the sandbox runs. `env` replaces `config.env`.
+        it only while nothing else of the sandbox runs (or all of it is frozen). `env`
+        replaces `config.env`. `beside`: a running sandbox process (the shell) whose PID
+        namespace the command joins, as a grader (its own freezer group, see `can_freeze`).
         """
-        limits = prlimit_argv(self.config.limits, self._prlimit)
+        limits = prlimit_argv(reachable_open_files(self.config.limits), self._prlimit)
         if pristine_system:
             problem = pristine_system_problem(self.config, self.layer)
             if problem is not None:
                 raise SandboxError(f"no pristine system over this root: {problem}")
+        pidns = None
+        if beside is not None:
+            if not self.can_freeze or self.backend != "bwrap":
+                raise SandboxError("a command beside the sandbox's processes needs can_freeze")
+            pidns = beside.open_pid_namespace()
+            if pidns is None:
+                raise SandboxError("the sandbox's PID 1 is gone")
+        try:
+            return await self._spawn(command, limits, stdin_pipe, pristine_system, env, pidns)
+        finally:
+            if pidns is not None:
+                os.close(pidns)
+
+    async def _spawn(self, command: Sequence[str], limits: list[str], stdin_pipe: bool,
+                     pristine_system: bool, env: Mapping[str, str] | None,
+                     pidns: int | None) -> SandboxProcess:
         if self.backend == "bwrap":
             inner = bwrap_argv(self.config, self.layer, command, info_fd="{info_fd}",
                                bwrap=self._tool, pristine_system=pristine_system, env=env,
-                               userns_fd=self._userns)
+                               userns_fd=self._userns, pidns_fd=pidns)
         else:
             inner = apptainer_argv(self.config, self.layer, command, apptainer=self._tool,
                                    pristine_system=pristine_system, env=env)
         outer_env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8",
                      "HOME": self.layer.path}
-        attach = self.cgroup.attach_argv() if self.cgroup is not None else []
+        group = cgroup.AGENT if pidns is None else cgroup.GRADER
+        attach = self.cgroup.attach_argv(group) if self.cgroup is not None else []
+        fds = tuple(fd for fd in (self._userns, pidns) if fd is not None)
         try:
             return await spawn([*attach, *limits, *inner], uid=self.uid, cwd=self.layer.path,
                                stdin_pipe=stdin_pipe, info_fd_flag=self.backend == "bwrap",
-                               env=outer_env,
-                               pass_fds=() if self._userns is None else (self._userns,))
+                               env=outer_env, pass_fds=fds)
         except OSError as e:
             raise SandboxError(f"cannot start {self.backend}: {e}") from e
 

@@ -18,8 +18,10 @@ process count is back to zero.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
+import resource
 import signal
 from collections.abc import Sequence
 
@@ -42,6 +44,28 @@ def prlimit_argv(limits: Limits, prlimit: str = "prlimit") -> list[str]:
     if limits.open_files is not None:
         argv.append(f"--nofile={limits.open_files}")
     return [*argv, "--"]
+
+
+def reachable_open_files(limits: Limits) -> Limits:
+    """`limits` with `open_files` no higher than this worker can hand its sandboxes.
+
+    prlimit runs as the sandbox's unprivileged uid, so it cannot raise the hard RLIMIT_NOFILE
+    above the worker's own: a root worker first raises its own hard limit (its soft limit, what
+    it uses itself, stays); any other worker caps the sandbox's at its hard limit.
+    """
+    wanted = limits.open_files
+    if wanted is None:
+        return limits
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < wanted and os.geteuid() == 0:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, wanted))
+            hard = wanted
+        except (OSError, ValueError):
+            pass   # above fs.nr_open, or root of a nested user namespace: cap below
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        return dataclasses.replace(limits, open_files=hard)
+    return limits
 
 
 class SandboxProcess:
@@ -91,6 +115,29 @@ class SandboxProcess:
                 _killpg(self.proc.pid)
                 await self.proc.wait()
         self._close_pidfd()
+
+    def open_pid_namespace(self) -> int | None:
+        """An fd (close-on-exec) of the PID namespace of the sandbox's PID 1; None if it is gone.
+
+        The pid is read from the pidfd, and the pidfd checked alive after the namespace is
+        opened: the namespace is that process's, not a later one's with a reused pid.
+        """
+        if self._init_pidfd is None or self.proc.returncode is not None:
+            return None
+        with open(f"/proc/self/fdinfo/{self._init_pidfd}") as f:
+            pid = next((int(line.split()[1]) for line in f if line.startswith("Pid:")), -1)
+        if pid <= 0:
+            return None
+        try:
+            fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            signal.pidfd_send_signal(self._init_pidfd, 0)
+        except ProcessLookupError:
+            os.close(fd)
+            return None
+        return fd
 
     def _close_pidfd(self) -> None:
         if self._init_pidfd is not None:

@@ -20,8 +20,14 @@ shell itself (`exit 3`, or the CPU limit killing it): then the result carries th
 
 Separate processes. `exec(argv)` runs a command as its own process in the same sandbox (same
 files, same limits) but with nothing of the shell: its own PID namespace, environment and pipes.
-With `pristine_system=True` the shell and everything it started are stopped first and the
-command gets the image's system code (see `bwrap.py`): how the OS task grades.
+With `pristine_system=True` the command gets the image's system code (see `bwrap.py`), and
+nothing of the sandbox can act while it runs: how the OS task grades. Where the sandbox can
+freeze (`SandboxInstance.can_freeze`), the shell and everything it started are frozen, not
+stopped, and the command runs beside them, in their PID namespace, as `docker exec` runs beside
+a container's processes: it sees them (`ps`), they cannot touch it (frozen, they never run
+again; the next `run` starts a fresh shell). Each such command's own leftovers are killed when
+it ends. Elsewhere the shell and all it started are stopped first and the command gets a PID
+namespace of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 
+from environments.sandbox import cgroup
 from environments.sandbox.config import SandboxConfig
 from environments.sandbox.instance import ProcessLimitWatch, SandboxError, SandboxInstance
 from environments.sandbox.oneshot import run_to_end
@@ -78,6 +85,8 @@ class ShellSession:
     async def run(self, script: str, timeout: float | None = None) -> ExecResult:
         """Runs `script` in the shell; returns its output, exit status and classified status."""
         async with self._lock:
+            if self._instance is not None and self._instance.frozen():
+                await self.stop()   # a grader looked at it: it never runs again
             await self.start()
             try:
                 return await self._run(script.replace("\0", ""),
@@ -93,20 +102,30 @@ class ShellSession:
                    env: Mapping[str, str] | None = None) -> ExecResult:
         """Runs `argv` as a separate process in this sandbox and waits for its end.
 
-        `pristine_system`: stop the shell (and all it started) first, and give the command the
-        image's system code; the next `run` starts a fresh shell. `env` replaces `config.env`.
+        `pristine_system`: freeze the shell (and all it started) and run beside it, or where
+        the sandbox cannot freeze, stop it first (see the module docstring); the command gets
+        the image's system code, and the next `run` starts a fresh shell. `env` replaces
+        `config.env`.
         """
         async with self._lock:
             self._start_instance()
+            beside = None
             if pristine_system:
-                await self.stop()
-            proc = await self._instance.start(argv, pristine_system=pristine_system, env=env)
+                if self._instance.can_freeze and self._proc is not None:
+                    self._instance.freeze()
+                    beside = self._proc
+                else:
+                    await self.stop()
+            proc = await self._instance.start(argv, pristine_system=pristine_system, env=env,
+                                              beside=beside)
             try:
                 return await run_to_end(proc, None, timeout or self.config.limits.timeout_s,
                                         self.config.limits.output_bytes,
                                         ProcessLimitWatch(self._instance))
             finally:
                 await proc.kill()
+                if beside is not None:   # what it left running among the frozen processes
+                    self._instance.kill_group(cgroup.GRADER)
 
     async def stop(self) -> None:
         """Kills every process of the sandbox and keeps its files; `run` restarts the shell."""
@@ -236,6 +255,9 @@ class ShellSession:
         self._err.clear()
 
     async def _stop_shell(self) -> None:
+        if self._instance is not None and self._instance.frozen():
+            # A frozen process dies only once thawed: kill them all frozen, then thaw.
+            self._instance.kill_group(cgroup.AGENT)
         if self._proc is not None:
             proc, self._proc = self._proc, None
             await proc.kill()

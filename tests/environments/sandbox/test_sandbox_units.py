@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from environments.sandbox.apptainer import apptainer_argv
 from environments.sandbox.bwrap import bwrap_argv
 from environments.sandbox.layer import PrivateLayer
 from environments.sandbox.output import StreamBuffer
-from environments.sandbox.process import prlimit_argv
+from environments.sandbox.process import prlimit_argv, reachable_open_files
 from environments.sandbox.result import classify
 from environments.sandbox.session import _quote
 from environments.sandbox.uids import acquire_uid
@@ -102,6 +103,37 @@ def test_prlimit_argv():
                                open_files=None))
     assert argv == ["prlimit", "--core=0", "--as=100", "--nproc=7", "--cpu=3:4", "--fsize=9", "--"]
     assert prlimit_argv(Limits(None, None, None, None, None)) == ["prlimit", "--core=0", "--"]
+
+
+def test_open_files_are_capped_at_what_an_unprivileged_worker_may_hand_on(monkeypatch):
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    if hard != resource.RLIM_INFINITY:
+        assert reachable_open_files(Limits(open_files=hard + 1)).open_files == hard
+    assert reachable_open_files(Limits(open_files=16)).open_files == 16
+    assert reachable_open_files(Limits(open_files=None)).open_files is None
+
+
+def test_bwrap_argv_joins_a_pid_namespace_only_with_its_user_namespace(tmp_path):
+    layer = _layer(tmp_path)
+    config = SandboxConfig(image="/images/os", uid_block=True)
+    argv = bwrap_argv(config, layer, ["true"], userns_fd=5, pidns_fd=6)
+    assert "--unshare-pid" not in argv and argv[argv.index("--pidns") + 1] == "6"
+    assert "--pidns" not in bwrap_argv(config, layer, ["true"], userns_fd=5)
+    with pytest.raises(ValueError, match="user namespace"):
+        bwrap_argv(SandboxConfig(image="/images/os"), layer, ["true"], pidns_fd=6)
+
+
+def test_bwrap_argv_masks_proc_as_docker_does(tmp_path):
+    argv = bwrap_argv(SandboxConfig(image="/images/os"), _layer(tmp_path), ["true"])
+    masked = [dst for src, dst in _pairs(argv, "--dev-bind") if src == "/dev/null"]
+    assert masked == [f for f in ("/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                                  "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug")
+                      if os.path.isfile(f)]
+    for directory in ("/proc/asound", "/proc/acpi", "/proc/scsi", "/proc/tty/driver"):
+        empty_read_only = ["--tmpfs", directory, "--remount-ro", directory]
+        windows = [argv[i:i + 4] for i in range(argv.index("--proc"), len(argv))]
+        assert (empty_read_only in windows) == os.path.isdir(directory)
 
 
 def test_bwrap_argv_isolates_by_default(tmp_path):
