@@ -144,7 +144,8 @@ class Stack:
         assert len(set(ids)) == len(ids) and prompt_end not in ids
         engine = SamplingEngine(_bigram_model(len(tok), self.eos, agent), ENGINE,
                                 decode_fn=lambda t: tok.decode(t, skip_special_tokens=False))
-        engine.update_params(_bigram_model(len(tok), self.eos, text), 0, policy="text")
+        self.text_model = _bigram_model(len(tok), self.eos, text)
+        engine.update_params(self.text_model, 0, policy="text")
         self.engine = PausableEngine(engine)
 
     def greedy_sentence(self, n: int) -> list[int]:
