@@ -17,7 +17,8 @@ and the trajectory goes on in a new segment, a fresh stream rendered from the me
 `finish` (the reward route) ends a trajectory; `pop_finished` hands finished trajectories out as
 the pipeline's `Rollout` records, one per segment, for a later step to feed the trajectory
 buffer. Open trajectories are bounded (`max_open`): the least recently used is dropped, so an
-agent that never sends a reward cannot hold the engine's KV pages forever.
+agent that never sends a reward cannot hold the engine's KV pages forever (a trajectory with a
+turn in flight is never the one dropped).
 """
 
 from __future__ import annotations
@@ -129,9 +130,9 @@ class TrajectoryStore:
         evicted: list[str] = []
         trajectory = self._open.get(trajectory_id)
         if trajectory is None:
-            while len(self._open) >= self.max_open:
-                _, old = self._open.popitem(last=False)
-                evicted += [s.session_id for s in old.segments]
+            idle = (key for key, t in self._open.items() if not t.busy)  # oldest first
+            while len(self._open) >= self.max_open and (oldest := next(idle, None)) is not None:
+                evicted += [s.session_id for s in self._open.pop(oldest).segments]
                 self.dropped += 1
             trajectory = self._open[trajectory_id] = Trajectory(trajectory_id)
         self._open.move_to_end(trajectory_id)

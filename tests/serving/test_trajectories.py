@@ -139,3 +139,21 @@ def test_one_trajectory_one_turn_at_a_time_and_one_choice(server, client, stack)
                                 json={"reward": 1.0})
             assert reward.status_code == 409
         assert _ext(in_flight.result())["segment"] == 0
+
+
+def test_open_trajectories_are_bounded_least_recently_used_first(stack):
+    from agentrl_jax.serving.trajectories import TrajectoryStore
+
+    store = TrajectoryStore(stack.tokenizer, "hermes", (stack.eos,), {"current": 0}, max_open=2)
+    for name in ("a", "b"):
+        trajectory, evicted = store.begin_turn(name, ASK, None)
+        assert evicted == []
+        store.end_turn(trajectory, tokens=[stack.eos], logprobs=[-0.1], versions=[3],
+                       policy="current", returned={"role": "assistant", "content": ""})
+    store.begin_turn("a", ASK + [{"role": "assistant", "content": ""},
+                                 {"role": "user", "content": "more"}], None)  # a is busy now
+    _, evicted = store.begin_turn("c", ASK, None)
+    assert evicted == ["serving/b/0"] and store.dropped == 1  # b: the idle one
+    assert store.get("b") is None and store.get("a").segments[0].num_turns == 1
+    with pytest.raises(KeyError):
+        store.finish("b", 1.0)
