@@ -22,6 +22,7 @@ from typing import Any
 from agentrl_jax.chat.conversation import Message, TemplateNotPrefixStableError
 from agentrl_jax.chat.tool_parsers import ParsedTurn, get_parser
 from agentrl_jax.rollout.agent_loop import Generator
+from agentrl_jax.rollout.cross_policy import TRAINED_POLICY
 from agentrl_jax.sampling.types import GenerateRequest, GenerationResult, SamplingParams
 from agentrl_jax.serving import errors, schemas
 from agentrl_jax.serving.trajectories import Trajectory, TrajectoryBusyError, TrajectoryStore
@@ -118,7 +119,9 @@ class Service:
         self.parser_name = parser
         self.parser = get_parser(parser)
         self.end_of_turn_ids = tuple(int(i) for i in end_of_turn_ids)
-        policies = list(dict.fromkeys(config.models.values()))
+        # Policy ids as the pipeline's mix numbers them: the trained policy first.
+        policies = sorted(dict.fromkeys(config.models.values()),
+                          key=lambda p: p != TRAINED_POLICY)
         self.trajectories = TrajectoryStore(
             tokenizer, parser, self.end_of_turn_ids,
             {p: i for i, p in enumerate(policies)}, config.max_trajectories)

@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from agentrl_jax.sampling import GenerateRequest, SamplingParams
 from launch.demo import WEATHER_TOOL
@@ -154,3 +155,16 @@ def test_a_disconnected_stream_frees_its_slot(server, stack, client):
     # The engine goes on serving.
     again = client.chat.completions.create(model="tiny-text", messages=ASK, max_tokens=2)
     assert again.usage.completion_tokens == 2
+
+
+def test_a_client_that_gives_up_on_a_request_cancels_it(server, stack):
+    body = {"model": "tiny-text", "messages": ASK, "max_tokens": 400}
+    before = server.counters.disconnected
+    with stack.engine.paused():  # held: the request cannot finish before the client leaves
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.url}/v1/chat/completions", json=body,
+                       timeout=httpx.Timeout(30.0, read=0.5))
+        wait_until(lambda: server.counters.disconnected == before + 1)
+        wait_until(lambda: server.counters.in_flight == 0)
+    asyncio.run(stack.engine.policies())
+    assert not stack.engine.engine.has_work
