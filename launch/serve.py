@@ -5,7 +5,8 @@
     python -m launch.serve --checkpoint=smollm2-135m-instruct --port=8000 --api_key=KEY
 
 `--checkpoint` is what `launch.eval` takes (an HF directory, a model-zoo name, or a
-`launch.local` run directory, resolved by the same `resolve_checkpoint`); the run's
+`launch.local` run directory, resolved by the same `resolve_checkpoint`); `--adapters`
+serves PEFT LoRA adapters over it as model names of their own; the run's
 `config.json` supplies the tool-call parser and the engine's sizes, flags override them. The
 policy is served under `--model_name` (default: the checkpoint's directory name). Bound to
 127.0.0.1 unless `--host` says otherwise. SIGTERM or Ctrl-C drains: the listener closes, the
@@ -51,6 +52,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         ("integer", "max_trajectories", 1024, "Open trajectories kept (LRU beyond)."),
         ("integer", "drain_s", 60, "On SIGTERM, seconds to let requests in flight finish."),
         ("bool", "warmup", True, "Compile every engine shape before accepting requests."),
+        ("list", "adapters", [], "LoRA adapters served as their own model names: NAME=DIR,... "
+         "(PEFT directories over the checkpoint's model, all of one rank and targets)."),
     ]
     for kind, name, default, help_text in specs:
         getattr(flags, f"DEFINE_{kind}")(name, default, help_text, flag_values=flag_values)
@@ -72,14 +75,62 @@ def engine_config(run_config: Any, overrides: dict[str, Any]) -> Any:
     return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def make_engine(model: Any, config: Any, tokenizer: Any, adapters: dict[str, str]
+                ) -> tuple[Any, dict[str, str]]:
+    """The engine serving `model` as "current" and each PEFT adapter directory of `adapters`
+    as policy `adapter/NAME`, and {model name: policy} of the adapters.
+
+    With adapters the engine is an `AdapterSamplingEngine`: one base, each adapter applied
+    unmerged; the base itself is served with a zero adapter (B = 0: exactly the base's
+    function), so every policy shares the one compiled adapter shape.
+    """
+    import asyncio
+
+    from agentrl_jax.sampling import AsyncSamplingEngine, SamplingEngine
+
+    def decode(ids: Sequence[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
+    if not adapters:
+        return AsyncSamplingEngine(SamplingEngine(model, config, decode_fn=decode)), {}
+    from agentrl_jax.models import lora as lora_lib
+    from agentrl_jax.models.peft_io import load_adapter
+    from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine, adapter_tree
+
+    loaded = {name: load_adapter(model, directory) for name, directory in adapters.items()}
+    shapes = {m.cfg.lora for m in loaded.values()}
+    if len(shapes) != 1:
+        raise SystemExit(f"launch.serve: the adapters differ in rank or targets ({shapes}); "
+                         "one engine serves adapters of one shape")
+    lora = shapes.pop()
+    assert lora is not None  # load_adapter's models have adapters
+    base = lora_lib.with_adapters(model, lora)
+    engine = AdapterSamplingEngine(SamplingEngine(base, config, decode_fn=decode), base)
+    served = {}
+    for name, adapted in loaded.items():
+        served[name] = f"adapter/{name}"
+        asyncio.run(engine.update_params(adapter_tree(adapted), 0, policy=served[name]))
+    return engine, served
+
+
+def parse_adapters(entries: Sequence[str]) -> dict[str, str]:
+    """--adapters NAME=DIR entries as {NAME: DIR}."""
+    out = {}
+    for entry in entries:
+        name, sep, directory = entry.partition("=")
+        if not sep or not name or not directory:
+            raise app.UsageError(f"--adapters takes NAME=DIR entries, not {entry!r}")
+        out[name] = directory
+    return out
+
+
 def build(checkpoint: str, step: int | None, parser: str | None, model_name: str | None,
-          engine_overrides: dict[str, Any], server: dict[str, Any], warmup: bool = True
-          ) -> tuple[Any, Any, str]:
+          engine_overrides: dict[str, Any], server: dict[str, Any], warmup: bool = True,
+          adapters: dict[str, str] | None = None) -> tuple[Any, Any, str]:
     """(app, engine, model name): the FastAPI app serving the checkpoint, and its engine (to
     close once the server has stopped)."""
     import pathlib
 
-    from agentrl_jax.sampling import AsyncSamplingEngine, SamplingEngine
     from agentrl_jax.serving.app import create_app
     from agentrl_jax.serving.service import ServerConfig, Service
     from launch.eval import EvalError, load_checkpoint, resolve_checkpoint
@@ -93,16 +144,17 @@ def build(checkpoint: str, step: int | None, parser: str | None, model_name: str
     policy = load_checkpoint(resolved, parser)
     tokenizer = policy.tokenizer
     config = engine_config(run, engine_overrides)
-    engine = SamplingEngine(policy.model, config,
-                            decode_fn=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+    async_engine, served = make_engine(policy.model, config, tokenizer, adapters or {})
     if warmup:
-        engine.warmup()
+        async_engine.engine.warmup()
     name = model_name or pathlib.Path(resolved.run_dir or resolved.model_dir).name
     if resolved.step is not None and model_name is None:
         name = f"{name}-step{resolved.step}"
-    async_engine = AsyncSamplingEngine(engine)
+    if name in served:
+        raise SystemExit(f"launch.serve: adapter name {name!r} is the model's name")
     service = Service(async_engine, tokenizer, parser, policy.end_of_turn_ids,
-                      ServerConfig(models={name: "current"}, max_context=config.max_context,
+                      ServerConfig(models={name: "current", **served},
+                                   max_context=config.max_context,
                                    **server))
     return create_app(service), async_engine, name
 
@@ -122,7 +174,8 @@ def main(argv: Sequence[str]) -> None:
              num_pages=FLAGS.num_pages),
         dict(api_key=api, default_max_tokens=FLAGS.default_max_tokens, max_n=FLAGS.max_n,
              max_concurrent=FLAGS.max_concurrent, max_body_bytes=FLAGS.max_body_bytes,
-             max_trajectories=FLAGS.max_trajectories), warmup=FLAGS.warmup)
+             max_trajectories=FLAGS.max_trajectories), warmup=FLAGS.warmup,
+        adapters=parse_adapters(FLAGS.adapters))
     log.info("serving %s at http://%s:%d/v1%s", name, FLAGS.host, FLAGS.port,
              " (API key required)" if api else "")
     # uvicorn handles SIGTERM and SIGINT: it stops accepting, lets the requests in flight end

@@ -166,9 +166,10 @@ def _free_port() -> int:
 class RunningServer:
     """A uvicorn server of `create_app(service)` in a thread on a free loopback port."""
 
-    def __init__(self, service: Service):
+    def __init__(self, service: Service, app=None):
+        """Serves `app` (default `create_app(service)`)."""
         self.service = service
-        self.app = create_app(service)
+        self.app = app if app is not None else create_app(service)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
