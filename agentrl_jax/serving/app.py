@@ -197,7 +197,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        versions = await service.engine.policies()  # type: ignore[attr-defined]
+        versions = await service.engine.policies()
         return {"object": "list", "data": [
             {"id": name, "object": "model", "created": created, "owned_by": "agentrl_jax",
              responses.EXTENSION: {"policy": policy, "weight_version": versions.get(policy)}}

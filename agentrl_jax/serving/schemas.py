@@ -86,6 +86,9 @@ class _Sampling(_Body):
     def include_usage(self) -> bool:
         return bool((self.stream_options or {}).get("include_usage"))
 
+    def max_new_tokens(self) -> int | None:
+        return self.max_tokens
+
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
@@ -107,9 +110,6 @@ class CompletionRequest(_Sampling):
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool | None = False
     suffix: str | None = None
-
-    def max_new_tokens(self) -> int | None:
-        return self.max_tokens
 
 
 class RewardRequest(_Body):

@@ -17,7 +17,7 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from agentrl_jax.chat.conversation import Message, TemplateNotPrefixStableError
 from agentrl_jax.chat.tool_parsers import ParsedTurn, get_parser
@@ -29,6 +29,13 @@ from agentrl_jax.serving.trajectories import Trajectory, TrajectoryBusyError, Tr
 
 # Function names both parsers read back (glm4 writes the name bare on its own line).
 TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+
+
+class Engine(Generator, Protocol):
+    """What the server needs of a sampler (`sampling.AsyncSamplingEngine` is one): the agent
+    loop's `Generator`, and the weight version of each policy it serves."""
+
+    async def policies(self) -> dict[str, int]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +120,7 @@ class Prepared:
 class Service:
     """Requests to engine calls and back."""
 
-    def __init__(self, engine: Generator, tokenizer: Any, parser: str,
+    def __init__(self, engine: Engine, tokenizer: Any, parser: str,
                  end_of_turn_ids: Sequence[int], config: ServerConfig):
         self.engine, self.tokenizer, self.config = engine, tokenizer, config
         self.parser_name = parser
@@ -145,7 +152,7 @@ class Service:
                                      "strings", param="stop")
 
     def _params(self, request: schemas._Sampling, prompt_len: int, choice: int) -> SamplingParams:
-        limit, asked = self.config.max_context, request.max_new_tokens()  # type: ignore[attr-defined]
+        limit, asked = self.config.max_context, request.max_new_tokens()
         if prompt_len >= limit or (asked is not None and prompt_len + asked > limit):
             raise errors.context_length_exceeded(limit, prompt_len, asked)
         max_new = asked if asked is not None else min(self.config.default_max_tokens,
