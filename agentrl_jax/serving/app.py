@@ -102,6 +102,22 @@ async def _unless_disconnected(request: Request, work: Awaitable[Outcome],
     return task.result() if not task.cancelled() else None
 
 
+class _ClosingStream(StreamingResponse):
+    """A StreamingResponse that calls `on_end` however it ends: also when the client is gone
+    before the first chunk, when Starlette never starts the body's generator (whose own
+    `finally` then never runs)."""
+
+    def __init__(self, on_end: Callable[[], None], *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._on_end = on_end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_end()
+
+
 def create_app(service: Service) -> FastAPI:
     """The server of `service`; `app.state.service` and `app.state.counters` for its owner."""
     config = service.config
@@ -161,11 +177,17 @@ def create_app(service: Service) -> FastAPI:
                 for chunk in stream.body(service, outcome):
                     yield chunk
             finally:
-                counters.in_flight -= 1
-                service.release(prepared)  # a stream closed before it started sampling
+                ended()
 
-        return StreamingResponse(chunks(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        def ended() -> None:
+            if not closed:
+                closed.append(True)
+                counters.in_flight -= 1
+                service.release(prepared)  # a stream that ended before it sampled
+
+        closed: list[bool] = []
+        return _ClosingStream(ended, chunks(), media_type="text/event-stream",
+                              headers={"Cache-Control": "no-cache"})
 
     def trajectory_of(body: str | None, header: str | None) -> str | None:
         if body and header and body != header:
