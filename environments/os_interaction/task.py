@@ -125,8 +125,9 @@ class OSTask(Task):
     """`split` is "train" or "test"; `rootfs_dir` holds the images (build_rootfs.sh).
 
     Raises ValueError when an image the split needs is missing (and not `allow_host_fallback`)
-    or when `root="overlay"` is asked of a worker that cannot mount or (with `memory_mb` or
-    `cpus`) cannot make cgroups: an explicit overlay is the whole bounded machine or nothing.
+    or when `root="overlay"` (or "auto" on a host-root worker) is asked of a worker that cannot
+    mount, (with `memory_mb` or `cpus`) cannot make cgroups, or cannot freeze a machine to
+    grade it: an overlay is the whole bounded, faithfully graded machine or nothing.
     """
 
     tools = TOOLS
@@ -160,6 +161,11 @@ class OSTask(Task):
             raise ValueError("root=overlay bounds each machine's memory and CPU with cgroup-v1 "
                              f"memory and cpu controllers under {cgroup.CGROUP_ROOT}, which this "
                              "worker cannot use; mount them, or pass memory_mb=0 cpus=0")
+        if root == "overlay" and not cgroup.freezer_available():
+            raise ValueError("root=overlay grades beside the frozen machine, as AgentBench's "
+                             "checks run among the container's processes; it needs the cgroup-v1 "
+                             f"freezer under {cgroup.CGROUP_ROOT}, which this worker cannot use; "
+                             "mount it, or pass root=seeded (checks then see no processes)")
         # 0 turns a bound off.
         # A container's open-file limit (scripts use high fds); the bounds above are the
         # machine's protection and stay.

@@ -57,7 +57,11 @@ def test_an_explicit_overlay_refuses_to_start_without_cgroups(tmp_path, monkeypa
     monkeypatch.setattr("environments.sandbox.cgroup.available", lambda: False)
     with pytest.raises(ValueError, match="root=overlay bounds each machine's memory and CPU"):
         OSTask("test", data_dir=str(FIXTURES), rootfs_dir=str(tmp_path), root="overlay")
-    # Without bounds to enforce there is nothing to downgrade.
+    # Without bounds to enforce, it still grades beside the frozen machine.
+    with pytest.raises(ValueError, match="needs the cgroup-v1 freezer"):
+        OSTask("test", data_dir=str(FIXTURES), rootfs_dir=str(tmp_path), root="overlay",
+               memory_mb=0, cpus=0)
+    monkeypatch.setattr("environments.sandbox.cgroup.freezer_available", lambda: True)
     task = OSTask("test", data_dir=str(FIXTURES), rootfs_dir=str(tmp_path), root="overlay",
                   memory_mb=0, cpus=0)
     limits = task.specs["default"].limits
