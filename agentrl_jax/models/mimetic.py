@@ -72,9 +72,9 @@ def head_products(model: Decoder, layer: int, head: int) -> tuple[jax.Array, jax
     """(W_Q^h W_K^gᵀ, W_V^g W_O^h), both [d, d], of query head `head` in `layer`."""
     cfg = model.cfg
     hd, g = cfg.head_dim, head // (cfg.num_heads // cfg.num_kv_heads)
-    layers = model.layers
-    q = layers.q_proj[...][layer, :, head * hd:(head + 1) * hd]
-    k = layers.k_proj[...][layer, :, g * hd:(g + 1) * hd]
-    v = layers.v_proj[...][layer, :, g * hd:(g + 1) * hd]
-    o = layers.o_proj[...][layer, head * hd:(head + 1) * hd, :]
+    p = model.layers.stacked()
+    q = p["q_proj"][layer, :, head * hd:(head + 1) * hd]
+    k = p["k_proj"][layer, :, g * hd:(g + 1) * hd]
+    v = p["v_proj"][layer, :, g * hd:(g + 1) * hd]
+    o = p["o_proj"][layer, head * hd:(head + 1) * hd, :]
     return q @ k.T, v @ o
