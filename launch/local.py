@@ -50,13 +50,13 @@ from jax.sharding import Mesh
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from agentrl_jax import hostmem
+from agentrl_jax import compile_cache, hostmem
+from agentrl_jax.cache_dirs import cache_root
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.evaluation import agentbench, protocol
+from agentrl_jax.evaluation import agentbench, copy_probe, protocol
 from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
-from agentrl_jax.models.zoo import cache_root
 from agentrl_jax.sft import copy_stage, copy_swap
 from agentrl_jax.sft import demos as demos_lib
 from agentrl_jax.sft import stage as sft_stage
@@ -257,6 +257,33 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
     return agentbench.to_json(results)
 
 
+def probe_copying(model, tokenizer) -> dict[str, float]:
+    """The copy probe of `model` (evaluation/copy_probe.py) over its tokenizer's ordinary
+    tokens."""
+    high = min(len(tokenizer), model.cfg.vocab_size)
+    low, _ = copy_probe.probe_vocab(high, set(tokenizer.all_special_ids))
+    return copy_probe.run_probe(model, (low, high))
+
+
+class CopyProbeRecord:
+    """RUN_DIR/copy_probe.json: the copy probe after the warm start and at each RL checkpoint
+    (`{"warm_start": {...}, "rl_step_10": {...}}`), each entry written once."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+
+    def entries(self) -> dict[str, dict[str, float]]:
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def add(self, name: str, figures: dict[str, float]) -> None:
+        entries = {**self.entries(), name: figures}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entries, indent=1) + "\n")
+        tmp.replace(self.path)
+        print(f"copy probe ({name}): NLL {figures['copy_probe_nll']:.3f} on random-token "
+              f"repeats (ln V = {figures['copy_probe_ln_v']:.2f})")
+
+
 # ----------------------------------------------------------------------------- the job
 
 
@@ -271,6 +298,15 @@ async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,
     if run.done("rl"):
         policy_dir = final_dir
     policy = policy_lib.load_policy(policy_dir, config.model.parser)
+    probes = CopyProbeRecord(run.path / "copy_probe.json")
+    if not run.done("rl") and "warm_start" not in probes.entries():
+        probes.add("warm_start", probe_copying(policy.model, policy.tokenizer))
+
+    def probe_rl(step: int, model) -> dict[str, float]:
+        figures = probe_copying(model, policy.tokenizer)
+        probes.add(f"rl_step_{step}", figures)
+        return figures
+
     with rl_stage.make_engine(config.rl, policy) as engine:
         async with ControllerClient(url) as client:
             if config.eval.before_rl and not run.done("eval_before"):
@@ -291,7 +327,8 @@ async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,
 
                 result = await rl_stage.run_rl(
                     config.rl, policy=policy, engine=engine, trainer_mesh=mesh, client=client,
-                    task_indices=tasks, run_dir=run.path, metrics=metrics, on_step=on_step)
+                    task_indices=tasks, run_dir=run.path, metrics=metrics, on_step=on_step,
+                    probe=probe_rl)
                 bar.close()
                 shutil.rmtree(final_dir, ignore_errors=True)
                 policy_lib.save_policy(policy, final_dir)
@@ -320,6 +357,9 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
     for name in ("validation_before", "validation_after", "eval_before", "eval_after"):
         if (run.path / f"{name}.md").exists():
             parts.append((run.path / f"{name}.md").read_text())
+    probes = CopyProbeRecord(run.path / "copy_probe.json").entries()
+    if probes:
+        parts.append(report.copy_probe_table(probes))
     parts.append(report.stage_times(run.stages()))
     (run.path / "results.md").write_text("\n".join(parts))
     if paired is not None:
@@ -373,6 +413,7 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
+    compile_cache.enable()   # compiled programs reused across runs (agentrl_jax/compile_cache.py)
     hostmem.keep_freed_memory()  # a CPU trainer's buffers stay mapped (agentrl_jax/hostmem.py)
     run_job(_CONFIG.value)
 

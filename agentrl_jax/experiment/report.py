@@ -135,3 +135,14 @@ def stage_times(stages: Mapping[str, Mapping[str, Any]]) -> str:
              if "seconds" in info]
     total = sum(info.get("seconds", 0.0) for info in stages.values())
     return f"stage times: {', '.join(parts)}; total {total / 60:.1f} min\n"
+
+
+def copy_probe_table(entries: Mapping[str, Mapping[str, float]]) -> str:
+    """A line per copy probe (`launch.local`'s copy_probe.json): its NLL against chance."""
+    lines = ["Copy probe (NLL on random-token repeats at random offsets; 0 copies, ln V is "
+             "chance; `evaluation/copy_probe.py`):\n",
+             "| when | NLL | ln V |", "| --- | --- | --- |"]
+    for name, figures in entries.items():
+        lines.append(f"| {name.replace('_', ' ')} | {figures['copy_probe_nll']:.3f} | "
+                     f"{figures['copy_probe_ln_v']:.2f} |")
+    return "\n".join(lines) + "\n"

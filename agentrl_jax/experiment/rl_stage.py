@@ -140,6 +140,7 @@ async def run_rl(
     make_driver: DriverFactory = TrainerDriver,
     remote: HubSettings | None = None,
     start_hub: Callable[[RolloutHub], Awaitable[None]] | None = None,
+    probe: Callable[[int, Decoder], Mapping[str, float]] | None = None,
 ) -> RLResult:
     """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`.
 
@@ -148,7 +149,8 @@ async def run_rl(
     `MultiHostDriver`, whose followers run `follow_rl`). `remote`: serve out-of-process
     samplers (the followers' own, on several hosts) through the pipeline's rollout hub, which
     `start_hub(hub)` starts (and tells them of) before the first step; it is stopped at the end
-    and handed out in the result.
+    and handed out in the result. `probe(step, model)`: figures of the policy measured at every
+    checkpoint (the copy probe, `evaluation/copy_probe.py`), logged under "rl_probe".
     """
     check_context_fits_training(config)
     pcfg = config.pipeline
@@ -162,6 +164,7 @@ async def run_rl(
             assert book is not None, "a restored checkpoint carries its bookkeeping"
             stream.set_state(book["stream_state"])
             dropped = metrics.truncate("rl", start)
+            metrics.truncate("rl_probe", start)
             log.info("resumed RL from step %d (dropped %d records of lost steps)", start, dropped)
 
         def checkpoint_and_log(report: runner.StepReport) -> None:
@@ -169,6 +172,9 @@ async def run_rl(
             metrics.write("rl", report.step, {**report.metrics, "groups_trained": trained})
             if report.step % every == 0 or report.step == pcfg.steps:
                 driver.save(report.step, report.state, bookkeeping=report.bookkeeping)
+                if probe is not None:
+                    model = lora.merged(driver.model(report.state.params))
+                    metrics.write("rl_probe", report.step, dict(probe(report.step, model)))
             if on_step is not None:
                 on_step(report)
 

@@ -93,3 +93,13 @@ def test_task_summary_mean_std_and_terminations():
     out = agentbench.to_json({"db-test": r})
     assert json.loads(json.dumps(out))["average"]["success_mean"] == r.success_mean
     assert "| db-test | 6 | 33.3 ± 23.6 |" in agentbench.to_markdown({"db-test": r})
+
+
+def test_copy_probe_table_has_a_row_per_probe():
+    from agentrl_jax.experiment import report
+
+    table = report.copy_probe_table({
+        "warm_start": {"copy_probe_nll": 8.1234, "copy_probe_ln_v": 8.32},
+        "rl_step_5": {"copy_probe_nll": 0.5, "copy_probe_ln_v": 8.32}})
+    rows = [line for line in table.splitlines() if line.startswith("| ")][2:]
+    assert rows == ["| warm start | 8.123 | 8.32 |", "| rl step 5 | 0.500 | 8.32 |"]

@@ -123,7 +123,11 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
     assert "| **average** |" in (run_dir / "results.md").read_text()
     assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     everything = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert {r["stage"] for r in everything} == {"sft", "rl"}
+    assert {r["stage"] for r in everything} == {"sft", "rl", "rl_probe"}
+    probes = json.loads((run_dir / "copy_probe.json").read_text())
+    assert "warm_start" in probes and "rl_step_5" in probes
+    assert all(0 < p["copy_probe_nll"] < 3 * p["copy_probe_ln_v"] for p in probes.values())
+    assert "Copy probe" in (run_dir / "results.md").read_text()
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "final_model" / "config.json").exists()
     assert (run_dir / "checkpoints" / "5").is_dir()
