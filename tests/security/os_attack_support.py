@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.oracle import running_worker, tool_call_message
+from environments.oracle import running_worker
 from environments.sandbox import cgroup
 from environments.sandbox.mounts import host_root
+from tests.support.os_agents import Scripted, answer, bash, finish  # noqa: F401 (re-exported)
 
 FIXTURES = Path(__file__).resolve().parent / "os_fixtures"
 ROOTFS = Path(os.environ.get("AGENTRL_ROOTFS_CACHE", "/var/cache/agentrl_jax/rootfs"))
@@ -30,28 +31,6 @@ needs_root_sandbox = pytest.mark.skipif(
          and cgroup.available() and (ROOTFS / "default" / "usr").is_dir()),
     reason="needs host root, bubblewrap, cgroup v1 memory+cpu and the default image "
            "(bash scripts/setup.sh as root)")
-
-
-class Scripted:
-    """Plays `messages` in order, one per turn."""
-
-    def __init__(self, *messages):
-        self.messages = messages
-
-    def next_message(self, index, history):
-        return self.messages[sum(m["role"] == "assistant" for m in history)]
-
-
-def bash(script: str) -> dict:
-    return tool_call_message("bash_action", {"script": script})
-
-
-def answer(text: str) -> dict:
-    return tool_call_message("answer_action", {"answer": text})
-
-
-def finish() -> dict:
-    return tool_call_message("finish_action", {"thought": "done"})
 
 
 def replies(record) -> list[str]:

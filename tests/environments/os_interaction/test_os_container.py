@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from environments.oracle import play_one, running_worker, tool_call_message
+from environments.oracle import play_one, running_worker
 from environments.os_interaction.data import load_split
 from environments.os_interaction.machine import (
     Machine,
@@ -28,6 +28,7 @@ from environments.sandbox.bwrap import PROC_MASKED_DIRS, PROC_MASKED_FILES
 from environments.sandbox.config import container_open_files
 from environments.sandbox.mounts import host_root
 from environments.sandbox.process import reachable_open_files
+from tests.support.os_agents import Scripted, answer, bash
 
 IMAGE = image_path("default", default_rootfs_dir())
 pytestmark = pytest.mark.skipif(
@@ -88,22 +89,6 @@ class Problems:
 
     def problem(self, index: int):
         return self.problems[index]
-
-
-class Scripted:
-    def __init__(self, *messages):
-        self.messages = messages
-
-    def next_message(self, index, history):
-        return self.messages[sum(m["role"] == "assistant" for m in history)]
-
-
-def bash(script: str) -> dict:
-    return tool_call_message("bash_action", {"script": script})
-
-
-def answer(text: str) -> dict:
-    return tool_call_message("answer_action", {"answer": text})
 
 
 def replies(record) -> list[str]:
