@@ -38,6 +38,12 @@ class StalenessGate:
         async with self._advanced:
             return self._take_number() if self.allowed() else None
 
+    def count_started(self) -> int:
+        """Counts a group that was started elsewhere and is already played (a served group,
+        `RLPipeline.add_external_group`): it takes a number without waiting, so it shares the
+        bound with the groups admitted here, and a discarded one is `release`d like them."""
+        return self._take_number()
+
     def _take_number(self) -> int:
         number = self.started
         self.started += 1

@@ -16,6 +16,9 @@ The trainer given may be a `pipeline.trainer_driver.TrainerDriver` (what `experi
 passes): on several hosts its steps are made by every process, and `weights_fn` (its `weights`)
 gathers each new version's parameters for the samplers.
 
+Groups played elsewhere enter through `add_external_group`: the OpenAI server's trajectories
+(`serving.groups` forms them into groups) are trained exactly as the pipeline's own groups.
+
 Synchronous (the baseline): each step draws `groups_per_step` groups, plays them all to the
 end, trains, syncs; nothing overlaps.
 
@@ -36,7 +39,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ml_collections
@@ -124,17 +127,21 @@ class RLPipeline:
         bookkeeping: dict[str, Any] | None = None,
         remote: HubSettings | None = None,
         weights_fn: Callable[[TrainState, int], Any] | None = None,
+        external_groups: bool = False,
     ):
         """`remote`: serve out-of-process sampling workers through a hub built here
         (`self.hub`); the caller starts it before `run` and stops it after.
         `weights_fn(state, version)`: the sampler-layout weights of a state, to be served as
         weight `version` (run in a worker thread);
-        default a device copy (`weight_sync.snapshot`)."""
+        default a device copy (`weight_sync.snapshot`).
+        `external_groups`: groups also come from `add_external_group` (served trajectories),
+        so the async loop may run with no rollout workers and no hub."""
         self.config = config
         self.client, self.engine, self.trainer = client, engine, trainer
         self.agent, self.stream, self.adv_config = agent, stream, adv_config
         self.on_step = on_step
         self.weights_fn = weights_fn
+        self.external_groups = external_groups
         book = bookkeeping or {}
         # Group ids and counters continue across a resume, so no two groups ever share an id.
         self._next_group_id = int(book.get("next_group_id", 0))
@@ -171,6 +178,30 @@ class RLPipeline:
         await play_group(self.client, self.engine, self.agent, task, index, group_id=group_id,
                          group_size=self.config.group_size, rng=self._rng,
                          on_rollout=self.buffer.add)
+
+    def add_external_group(self, rollouts: Sequence[Rollout]) -> int:
+        """Admits a whole group played outside the pipeline (the OpenAI server's trajectories,
+        `serving.groups`); returns the group id it is trained under.
+
+        Its members take a fresh group id from the counter of the pipeline's own groups (so no
+        two groups share one, across a resume too) and member numbers 0..n-1 in the order
+        given; task, index, tokens, rewards and statuses are kept. From the buffer on it is any
+        group: taken at the next step, dropped when staler than `max_staleness` (measured on
+        its `TRAINED_POLICY` tokens), its advantages computed with the others. While the async
+        loop runs it counts as a started group of the staleness gate without waiting (it was
+        already played), so served and in-process generation share one bound, and a discarded
+        served group gives its admission back as the pipeline's own do.
+        """
+        if not rollouts:
+            raise ValueError("an external group needs at least one rollout")
+        group_id = self._next_group_id
+        self._next_group_id += 1
+        self.buffer.open_group(group_id, rollouts[0].task, size=len(rollouts))
+        if self._gate is not None:
+            self._gate.count_started()
+        for member, rollout in enumerate(rollouts):
+            self.buffer.add(dataclasses.replace(rollout, group_id=group_id, member=member))
+        return group_id
 
     async def _rollout_worker(self, gate: StalenessGate) -> None:
         while True:
@@ -285,7 +316,7 @@ class RLPipeline:
                              started_groups=start_step * cfg.groups_per_step, version=start_step)
         workers = [asyncio.create_task(self._rollout_worker(gate))
                    for _ in range(cfg.rollout_workers)]
-        if self.hub is None and not workers:
+        if self.hub is None and not workers and not self.external_groups:
             raise ValueError("async mode needs rollout_workers > 0 or remote sampling workers")
         self._gate = gate
         try:

@@ -228,11 +228,14 @@ def create_app(service: Service) -> FastAPI:
     @app.post("/v1/trajectories/{trajectory_id}/reward")
     async def reward(trajectory_id: str, body: schemas.RewardRequest) -> dict[str, Any]:
         store = service.trajectories
+        if body.group_size is not None and not 0 <= body.member < body.group_size:
+            raise errors.bad_request(f"member {body.member} is not in a group of "
+                                     f"{body.group_size}", param="member")
         trajectory = store.get(trajectory_id)
         try:
             rollouts = store.finish(trajectory_id, body.reward, body.status, task=body.task,
                                     group_id=body.group_id, member=body.member,
-                                    metrics=body.metrics)
+                                    group_size=body.group_size, metrics=body.metrics)
         except KeyError:
             raise errors.APIError(404, f"no open trajectory {trajectory_id!r}",
                                   type=errors.NOT_FOUND, param="trajectory_id",

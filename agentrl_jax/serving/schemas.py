@@ -120,6 +120,8 @@ class RewardRequest(_Body):
     task: str = "openai"
     group_id: int = 0
     member: int = 0
+    # The members its group has (`serving.groups`); unset, the collector's default.
+    group_size: int | None = Field(default=None, ge=1)
     metrics: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -15,10 +15,10 @@ the tools changed, an assistant message the policy did not sample) is an edit: i
 and the trajectory goes on in a new segment, a fresh stream rendered from the messages as sent.
 
 `finish` (the reward route) ends a trajectory; `pop_finished` hands finished trajectories out as
-the pipeline's `Rollout` records, one per segment, for a later step to feed the trajectory
-buffer. Open trajectories are bounded (`max_open`): the least recently used is dropped, so an
-agent that never sends a reward cannot hold the engine's KV pages forever (a trajectory with a
-turn in flight is never the one dropped).
+the pipeline's `Rollout` records, one per segment, which `serving.groups` forms into the
+pipeline's groups. Open trajectories are bounded (`max_open`): the least recently used is
+dropped, so an agent that never sends a reward cannot hold the engine's KV pages forever (a
+trajectory with a turn in flight is never the one dropped).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -112,6 +113,7 @@ class TrajectoryStore:
         self.max_open = max_open
         self._open: collections.OrderedDict[str, Trajectory] = collections.OrderedDict()
         self._finished: list[Rollout] = []
+        self._finished_lock = threading.Lock()
         self.dropped = 0  # trajectories evicted unfinished
 
     def new_conversation(self, messages: Sequence[Message],
@@ -179,10 +181,12 @@ class TrajectoryStore:
 
     def finish(self, trajectory_id: str, reward: float,
                status: SampleStatus = SampleStatus.COMPLETED, *, task: str = "openai",
-               group_id: int = 0, member: int = 0,
+               group_id: int = 0, member: int = 0, group_size: int | None = None,
                metrics: dict[str, Any] | None = None) -> list[Rollout]:
         """Ends a trajectory with its reward; returns its rollouts (also kept for
         `pop_finished`). KeyError if it is not open, TrajectoryBusyError if a turn is in flight.
+        `group_size`, the size of the group it declares, is kept in each rollout's `metrics`
+        (for `serving.groups`).
         """
         trajectory = self._open.get(trajectory_id)
         if trajectory is None:
@@ -190,14 +194,20 @@ class TrajectoryStore:
         if trajectory.busy:
             raise TrajectoryBusyError(f"trajectory {trajectory_id!r} has a turn in flight")
         del self._open[trajectory_id]
+        declared = {} if group_size is None else {"group_size": int(group_size)}
         rollouts = [_rollout(trajectory, i, reward, status, task, group_id, member,
-                             metrics or {}) for i in range(len(trajectory.segments))]
-        self._finished += rollouts
+                             {**(metrics or {}), **declared})
+                    for i in range(len(trajectory.segments))]
+        with self._finished_lock:
+            self._finished += rollouts
         return rollouts
 
     def pop_finished(self) -> list[Rollout]:
-        """The rollouts of trajectories finished since the last call, in finishing order."""
-        out, self._finished = self._finished, []
+        """The rollouts of trajectories finished since the last call, in finishing order, a
+        trajectory's segments in order. Safe to call from another thread (the pipeline's loop
+        when the server runs in a thread of its own)."""
+        with self._finished_lock:
+            out, self._finished = self._finished, []
         return out
 
     def session_ids(self, trajectory: Trajectory) -> list[str]:
