@@ -8,7 +8,10 @@ caller's name for the group, unique among its groups open at once), `member` (0.
 complete, and handed to the pipeline (`RLPipeline.add_external_group`, which gives it a
 pipeline group id of its own), once each of its `group_size` members has been rewarded. From
 then on it is trained exactly as the pipeline's own groups: the staleness drop, cross-policy
-versions and policy ids per token, GRPO and task advantage normalisation.
+versions and policy ids per token, GRPO and task advantage normalisation. The policy ids are
+the server's numbering (`serving.service.Service`: the trained policy first, then the other
+served policies); staleness is measured on the trained policy's tokens, id 0 in both the server
+and the pipeline's mixes (`PolicyMix.single`, `current_and_stale`).
 
 A trajectory with several segments (the agent edited its history, `serving.trajectories`)
 trains its last segment only, as that group member. Its reward is one outcome of the whole
