@@ -75,9 +75,10 @@ def test_sharded_step_matches_unsharded_reference(model, trainer):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6, rtol=2e-5),
                  grads, ref_grads)
     state, metrics = trainer.step(state, micro, n_tokens)
-    # Adam's first step is lr·g/(|g| + eps): a gradient near 0 amplifies float noise, so
-    # compare at 1% of the learning rate.
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), state.params,
+    # Adam's first step is lr·g/(|g| + eps): a gradient near 0 amplifies float noise (the
+    # gradients themselves are compared tightly above), so compare at 3% of the learning rate
+    # (one element of 16,384 differed by 1.6% on one host, with or without the compile cache).
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=3e-5), state.params,
                  ref_params)
     assert int(state.step) == 1 and metrics["num_tokens"] == n_tokens
     # parameters and Adam moments stay sharded by the logical rules
