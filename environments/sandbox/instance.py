@@ -15,7 +15,7 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 
-from environments.sandbox import cgroup, mounts, uid_block
+from environments.sandbox import cgroup, mounts, seccomp, uid_block
 from environments.sandbox.apptainer import apptainer_argv
 from environments.sandbox.bwrap import bwrap_argv, pristine_system_problem
 from environments.sandbox.config import SandboxConfig
@@ -30,6 +30,7 @@ from environments.sandbox.result import hit_process_limit, mentions_eagain
 from environments.sandbox.uids import UidLease, acquire_uid, count_processes
 
 _SCAN_INTERVAL_S = 0.25
+_LEFT_RUNNING_SHARE = 0.5  # of the process limit, still held after a command that saw EAGAIN
 
 
 class SandboxError(RuntimeError):
@@ -164,34 +165,47 @@ class SandboxInstance:
     async def _spawn(self, command: Sequence[str], limits: list[str], stdin_pipe: bool,
                      pristine_system: bool, env: Mapping[str, str] | None,
                      pidns: int | None) -> SandboxProcess:
-        if self.backend == "bwrap":
-            inner = bwrap_argv(self.config, self.layer, command, info_fd="{info_fd}",
-                               bwrap=self._tool, pristine_system=pristine_system, env=env,
-                               userns_fd=self._userns, pidns_fd=pidns)
-        else:
-            inner = apptainer_argv(self.config, self.layer, command, apptainer=self._tool,
-                                   pristine_system=pristine_system, env=env)
-        outer_env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8",
-                     "HOME": self.layer.path}
-        group = cgroup.AGENT if pidns is None else cgroup.GRADER
-        attach = self.cgroup.attach_argv(group) if self.cgroup is not None else []
-        fds = tuple(fd for fd in (self._userns, pidns) if fd is not None)
+        # Every bwrap sandbox gets the filter that refuses nested user namespaces (seccomp.py).
+        filter_fd = seccomp.program_fd() if self.backend == "bwrap" else None
         try:
-            return await spawn([*attach, *limits, *inner], uid=self.uid, cwd=self.layer.path,
-                               stdin_pipe=stdin_pipe, info_fd_flag=self.backend == "bwrap",
-                               env=outer_env, pass_fds=fds)
-        except OSError as e:
-            raise SandboxError(f"cannot start {self.backend}: {e}") from e
+            if self.backend == "bwrap":
+                inner = bwrap_argv(self.config, self.layer, command, info_fd="{info_fd}",
+                                   bwrap=self._tool, pristine_system=pristine_system, env=env,
+                                   userns_fd=self._userns, pidns_fd=pidns, seccomp_fd=filter_fd)
+            else:
+                inner = apptainer_argv(self.config, self.layer, command, apptainer=self._tool,
+                                       pristine_system=pristine_system, env=env)
+            outer_env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8",
+                         "HOME": self.layer.path}
+            group = cgroup.AGENT if pidns is None else cgroup.GRADER
+            attach = self.cgroup.attach_argv(group) if self.cgroup is not None else []
+            fds = tuple(fd for fd in (self._userns, pidns, filter_fd) if fd is not None)
+            try:
+                return await spawn([*attach, *limits, *inner], uid=self.uid,
+                                   cwd=self.layer.path, stdin_pipe=stdin_pipe,
+                                   info_fd_flag=self.backend == "bwrap", env=outer_env,
+                                   pass_fds=fds)
+            except OSError as e:
+                raise SandboxError(f"cannot start {self.backend}: {e}") from e
+        finally:
+            if filter_fd is not None:
+                os.close(filter_fd)
+
+    def process_share(self) -> float:
+        """The fraction of its process limit the sandbox holds now (0.0 when unknown)."""
+        limit = self.config.limits.processes
+        if self.uid is None or not limit:
+            return 0.0
+        # A sandbox with users: all its uids' processes, in its pids cgroup (threads count too).
+        count = (self.cgroup.process_count() if self.config.uid_block and self.cgroup
+                 else count_processes(self.uid))
+        return count / limit
 
     def at_process_limit(self) -> bool:
         """Whether the sandbox's uid holds (nearly) all the processes it may (None uid: unknown)."""
         limit = self.config.limits.processes
-        if self.uid is None or limit is None:
-            return False
-        # A sandbox with users: all its uids' processes, in its pids cgroup (threads count too).
-        count = (self.cgroup.process_count() if self.config.uid_block and self.cgroup
-                 else count_processes(self.uid))
-        return count >= limit - 2  # -2: fork errors make the count dip
+        # -2: fork errors make the count dip
+        return bool(limit) and self.process_share() >= (limit - 2) / limit
 
     def close(self) -> None:
         """Deletes the private layer and the cgroups, returns the uid. Kill the processes first."""
@@ -231,6 +245,16 @@ class ProcessLimitWatch:
             return False
         self._next_scan = time.monotonic() + _SCAN_INTERVAL_S
         return self._instance.at_process_limit()
+
+    def left_running(self, stderr: bytes) -> bool:
+        """Whether a command that has just ended was a fork bomb that outlives it.
+
+        A Python bomb's parent dies of its first failed fork (an uncaught BlockingIOError)
+        while its children fork on; the command then ends with the sandbox not quite full.
+        An EAGAIN in its stderr and half the process budget still running behind it say so.
+        """
+        return mentions_eagain(stderr) and (
+            hit_process_limit(stderr) or self._instance.process_share() >= _LEFT_RUNNING_SHARE)
 
 
 def _check_world_readable(path: str) -> None:

@@ -157,7 +157,7 @@ class ShellSession:
         end_out = re.compile(re.escape(marker) + rb" (\d+)\n")
         end_err = marker + b"\n"
         out_of_processes = ProcessLimitWatch(self._instance)
-        if out_of_processes(self._err.data):
+        if out_of_processes.left_running(self._err.data):
             # A fork bomb left running in the background by an earlier command (its errors came
             # after that command's marker): stop it before it starves this command.
             await self._restart()
@@ -179,6 +179,8 @@ class ShellSession:
             m = end_out.search(self._out.data)
             e = self._err.data.find(end_err)
             if m is not None and e >= 0:
+                if out_of_processes.left_running(self._err.data[:e]):
+                    return await self._reset(ExecStatus.PROCESS_LIMIT)
                 result = self._result(int(m.group(1)), m.start(), e)
                 # Keep only what background jobs printed after the markers (see the top of _run).
                 self._out.discard(m.end())

@@ -181,6 +181,19 @@ def test_fork_bomb_is_stopped(config, bomb):
         assert leftovers <= 3  # outer bwrap, its init and the new shell: the bomb is gone
 
 
+def test_bomb_that_outlives_its_command_is_stopped(config):
+    """A Python bomb's parent can die of its first failed fork while its children fork on:
+    the command then ends with EAGAIN in its stderr and the sandbox not quite full. Staged
+    deterministically: 20 of the 32 processes left running behind an EAGAIN."""
+    bomb = ("for i in $(seq 20); do sleep 60 & done; "
+            "echo 'BlockingIOError: [Errno 11] Resource temporarily unavailable' >&2")
+    result, answers, after, leftovers = run(_attack_next_to_healthy(config, bomb))
+    assert result.status is ExecStatus.PROCESS_LIMIT
+    _assert_contained(answers, after)
+    if leftovers is not None:
+        assert leftovers <= 3
+
+
 def test_memory_hog_is_stopped(config):
     hog = "python3 -c 'x = bytearray(1 << 30); print(len(x))'"
     result, answers, after, _ = run(_attack_next_to_healthy(config, hog))
