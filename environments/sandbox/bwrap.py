@@ -7,7 +7,9 @@ bwrap runs unprivileged (as the sandbox's own host uid, see `uids.py`) and build
     is no image), fresh /proc with Docker's masks (`PROC_MASKED_FILES`), a read-only /dev with a
     size-capped /dev/shm, and the private layer's directories as the only other writable paths;
   * no capabilities, a new terminal session (so TIOCSTI cannot inject into ours), no nested user
-    namespaces, a cleared environment, and death when its parent (the worker) dies.
+    namespaces (bwrap's `--disable-userns`, and the seccomp filter of `seccomp.py` that refuses
+    them whatever the namespace's sysctl says), a cleared environment, and death when its
+    parent (the worker) dies.
 
 A sandbox with users of its own (`SandboxConfig.uid_block`) instead joins the user namespace the
 worker made for it (`--userns FD`, `uid_block.py`: 65536 ids of its own, no nested user
@@ -73,13 +75,15 @@ USERS_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_
 def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str],
                info_fd: int | str | None = None, bwrap: str = "bwrap",
                pristine_system: bool = False, env: Mapping[str, str] | None = None,
-               userns_fd: int | None = None, pidns_fd: int | None = None) -> list[str]:
+               userns_fd: int | None = None, pidns_fd: int | None = None,
+               seccomp_fd: int | None = None) -> list[str]:
     """The argv that runs `command` in a sandbox described by `config` over `layer`.
 
     `env` replaces `config.env` (HOME is the workdir unless `env` sets it). `userns_fd`: the
     user namespace of a `config.uid_block` sandbox (the caller passes the fd on). `pidns_fd`:
     run in that PID namespace (a running sandbox's, owned by that user namespace) instead of a
-    new one, so that the command sees and is seen by its processes.
+    new one, so that the command sees and is seen by its processes. `seccomp_fd`: an fd holding
+    the filter bwrap loads before the command (`seccomp.program_fd()`, passed on likewise).
     """
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
@@ -109,6 +113,8 @@ def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str
         argv += ["--setenv", key, value]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     return [*argv, "--", *command]
 
 
