@@ -95,8 +95,10 @@ class ServedGroups:
             group = self._open[key] = _OpenGroup(size)
         if rollout.member in group.members:
             return self._reject(rollout, "duplicate", f"member {rollout.member} again")
-        # The caller's group id names the draw (what the curriculum keys its history by).
-        group.members[rollout.member] = dataclasses.replace(rollout, index=rollout.group_id)
+        # The draw's index (what the curriculum keys its history by) when the finisher knows
+        # it (`serving.task_gateway`), else the caller's group id names the draw.
+        group.members[rollout.member] = dataclasses.replace(
+            rollout, index=rollout.metrics.get("index", rollout.group_id))
         if len(group.members) < size:
             return False
         del self._open[key]
