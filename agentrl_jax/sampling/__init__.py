@@ -14,6 +14,7 @@ from agentrl_jax.sampling.types import (
     GenerateRequest,
     GenerationResult,
     SamplingParams,
+    TokenEvent,
 )
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "GenerationResult",
     "SamplingEngine",
     "SamplingParams",
+    "TokenEvent",
     "prefill_window",
 ]

@@ -9,6 +9,7 @@ mesh) runs in the caller's thread; only the swap itself runs between two engine 
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -17,8 +18,8 @@ from typing import Any
 from flax import nnx
 
 from agentrl_jax.models.decoder import Decoder
-from agentrl_jax.sampling.engine import SamplingEngine
-from agentrl_jax.sampling.types import GenerateRequest, GenerationResult
+from agentrl_jax.sampling.engine import SamplingEngine, TokenCallback
+from agentrl_jax.sampling.types import GenerateRequest, GenerationResult, TokenEvent
 from agentrl_jax.sampling.weights import Weights
 
 
@@ -29,6 +30,16 @@ def _resolve(future: asyncio.Future, outcome: Any) -> None:
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, on_tokens: TokenCallback, event: TokenEvent
+             ) -> None:
+    """Hands `event` to `on_tokens` on `loop` (from the engine's thread); a closed loop has no
+    one left to tell, and must not stop the engine."""
+    try:
+        loop.call_soon_threadsafe(on_tokens, event)
+    except RuntimeError:
+        pass
 
 
 class AsyncSamplingEngine:
@@ -84,8 +95,14 @@ class AsyncSamplingEngine:
 
     # ---- API -----------------------------------------------------------------------------
 
-    async def generate(self, request: GenerateRequest) -> GenerationResult:
-        """Generates one turn; cancelling the awaiting task aborts the request."""
+    async def generate(self, request: GenerateRequest, on_tokens: TokenCallback | None = None
+                       ) -> GenerationResult:
+        """Generates one turn; cancelling the awaiting task aborts the request.
+
+        `on_tokens(event)` (`SamplingEngine.submit`) is called on the caller's event loop with
+        the turn's new tokens at each host sync; every call comes before `generate` returns,
+        since both are queued on that loop in the engine's order.
+        """
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         ids: list[int] = []
@@ -93,9 +110,11 @@ class AsyncSamplingEngine:
         def on_done(outcome):
             loop.call_soon_threadsafe(_resolve, future, outcome)
 
+        tokens = None if on_tokens is None else functools.partial(_deliver, loop, on_tokens)
+
         def submit():
             try:
-                ids.append(self.engine.submit(request, on_done))
+                ids.append(self.engine.submit(request, on_done, tokens))
             except BaseException as e:
                 on_done(e)
 

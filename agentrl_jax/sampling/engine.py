@@ -31,6 +31,10 @@ re-prefills the whole context. Installing weights also flushes the shared prefix
 longer served. This is SGLang's flush-on-update, and it keeps behaviour logprobs exact: every
 token of a turn is computed entirely by the weights its version number names.
 
+Streaming: a request submitted with `on_tokens` is told its new tokens at each host sync (the
+prefill's first token, then every decode chunk of `steps_per_sync` steps), after stops are
+applied (`types.TokenEvent`), so a server can send text while the turn is still decoding.
+
 In-flight requests on `update_params`: `in_flight="finish"` lets running turns finish on the
 weights they started with (a request pins its `PolicyWeights`); `"abort"` restarts them on the
 new weights, discarding their tokens so far.
@@ -63,6 +67,7 @@ from agentrl_jax.sampling.types import (
     FinishReason,
     GenerateRequest,
     GenerationResult,
+    TokenEvent,
 )
 from agentrl_jax.sampling.weights import (
     PolicyWeights,
@@ -75,6 +80,7 @@ from agentrl_jax.sampling.weights import (
 )
 
 DoneCallback = Callable[[Any], None]  # receives a GenerationResult or an Exception
+TokenCallback = Callable[[TokenEvent], None]  # a running turn's new tokens (streaming)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,9 +181,12 @@ class _Turn:
     prefilled: int = 0  # prompt tokens whose k/v are in the pool so far (during admission)
     waits: list[PrefixNode] = dataclasses.field(default_factory=list)  # others' pages it reads
     pending: list[PrefixNode] = dataclasses.field(default_factory=list)  # its pages to compute
+    on_tokens: TokenCallback | None = None
+    reported: int = 0  # tokens already passed to on_tokens
 
     def restart(self) -> None:
         self.policy, self.tokens, self.logprobs, self.stop_string = None, [], [], None
+        self.reported = 0
 
     def held_session(self) -> Session:
         """The KV session of a turn that has been admitted."""
@@ -300,8 +309,16 @@ class SamplingEngine:
 
     # ---- requests ------------------------------------------------------------------------
 
-    def submit(self, request: GenerateRequest, on_done: DoneCallback | None = None) -> int:
-        """Queues a request; `on_done(result)` is called from `step` when it finishes."""
+    def submit(self, request: GenerateRequest, on_done: DoneCallback | None = None,
+               on_tokens: TokenCallback | None = None) -> int:
+        """Queues a request; returns its id (for `cancel`).
+
+        `on_done(result)` is called from `step` when it finishes (or with the exception that
+        failed it). `on_tokens(event)`, if given, is called from `step` at each host sync with
+        the tokens sampled since the last call (`TokenEvent`), before `on_done`: a server
+        streams them. Both run on the engine's thread, between device calls, so they must be
+        quick and must not raise.
+        """
         params = request.params
         if params.stop_strings and self.decode_fn is None:
             raise ValueError("stop strings need the engine's decode_fn")
@@ -315,7 +332,7 @@ class SamplingEngine:
                 f"{self.config.max_context}"
             )
         seed = params.seed if params.seed is not None else int(self._rng.integers(2**31))
-        turn = _Turn(next(self._ids), request, on_done, seed)
+        turn = _Turn(next(self._ids), request, on_done, seed, on_tokens=on_tokens)
         self._waiting.append(turn)
         return turn.id
 
@@ -556,6 +573,7 @@ class SamplingEngine:
             turn.held_session().tokens = list(turn.request.prompt)
             self._append(turn, [int(token[row])], [float(logprob[row])])
             reason = self._finished(turn, first_new=0)
+            self._report(turn)
             if reason is not None:
                 self._finish(turn, reason)
             else:
@@ -589,6 +607,7 @@ class SamplingEngine:
             first_new = len(turn.tokens)
             self._append(turn, tokens[:n, i].tolist(), logprobs[:n, i].tolist())
             reason = self._finished(turn, first_new)
+            self._report(turn)
             if reason is not None:
                 self._running.remove(turn)
                 self._finish(turn, reason)
@@ -596,6 +615,15 @@ class SamplingEngine:
     def _append(self, turn: _Turn, tokens: list[int], logprobs: list[float]) -> None:
         turn.tokens += tokens
         turn.logprobs += logprobs
+
+    def _report(self, turn: _Turn) -> None:
+        """Passes the tokens `turn` has not reported yet to its `on_tokens` (after `_finished`
+        has cut them at a stop: a reported token stays in the result)."""
+        if turn.on_tokens is None or turn.reported == len(turn.tokens):
+            return
+        start, turn.reported = turn.reported, len(turn.tokens)
+        turn.on_tokens(TokenEvent(start, turn.tokens[start:], turn.logprobs[start:],
+                                  turn.served_by().version))
 
     def _finished(self, turn: _Turn, first_new: int) -> FinishReason | None:
         """Why `turn` is done after tokens[first_new:] were appended, truncating at a stop."""

@@ -74,6 +74,31 @@ class GenerateRequest:
     session_id: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class TokenEvent:
+    """Tokens a running turn has sampled since its previous event (streaming).
+
+    The engine reports them at each host sync (the prefill's first token, then every
+    `steps_per_sync` decode steps), after stop ids and stop strings are applied, so no token
+    reported is ever cut off later and the events of a turn come before its result. A consumer
+    keeps `tokens[start:] = event.tokens`: `start` is where `event.tokens` begin in the turn's
+    tokens, which is the count reported so far, except after a restart on new weights
+    (`EngineConfig.in_flight="abort"`), which starts again from 0. Kept so, the consumer's
+    tokens and log-probabilities equal the result's.
+
+    Attributes:
+      start: index in the turn's generated tokens of `tokens[0]`.
+      tokens: the new token ids.
+      logprobs: their log-probabilities (the module docstring's convention).
+      version: params version of the policy that sampled them.
+    """
+
+    start: int
+    tokens: list[int]
+    logprobs: list[float]
+    version: int
+
+
 @dataclasses.dataclass
 class GenerationResult:
     """The outcome of one request.
