@@ -64,6 +64,25 @@ class ToolCallParser(Protocol):
     def parse(self, text: str) -> ParseResult: ...
 
 
+def partial_marker(text: str, marker: str) -> int:
+    """Length of the longest end of `text` that is a proper beginning of `marker` (0 if none):
+    what a stream must hold back while the next tokens may complete the marker."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:k]):
+            return k
+    return 0
+
+
+def settled_content(parser: ToolCallParser, text: str) -> str:
+    """The beginning of a turn still being sampled that its content will start with however it
+    goes on: a prefix P of `text` such that, for every continuation `rest`, both `text + rest`
+    and, when `parse(text + rest)` is a `ParsedTurn`, its `content` begin with P. A server may
+    stream P as content before the turn ends. A parser says so with a `settled` method; for one
+    without, nothing is settled until the turn ends."""
+    settled = getattr(parser, "settled", None)
+    return settled(text) if settled is not None else ""
+
+
 class _Invalid(Exception):
     """Internal: carries an error kind up to `parse`, which turns it into a `ToolParseError`."""
 
@@ -180,6 +199,18 @@ class HermesParser:
         content_text = "\n".join(piece.strip() for piece in content if piece.strip())
         return ParsedTurn(content=content_text, tool_calls=_openai_tool_calls(calls))
 
+    def settled(self, text: str) -> str:
+        """`settled_content`: the text before the first call's opening tag (or before an end
+        that may begin one), without its trailing whitespace, which `parse` strips when a call
+        follows; nothing while the turn starts with whitespace, which `parse` strips when the
+        turn has calls and keeps when it has none."""
+        if not text or text[0].isspace():
+            return ""
+        cut = text.find(self.open_tag)
+        if cut == -1:
+            cut = len(text) - partial_marker(text, self.open_tag)
+        return text[:cut].rstrip()
+
 
 _FUNCTION_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 
@@ -214,6 +245,12 @@ class Glm4Parser:
         return ParsedTurn(
             content="\n".join(c for c in content if c), tool_calls=_openai_tool_calls(calls)
         )
+
+    def settled(self, text: str) -> str:
+        """`settled_content`: nothing. A turn not starting with whitespace may be a call from its
+        first character, and one that does keeps that whitespace as plain content but loses it
+        in `parse`'s content once a call follows, so no prefix is safe before the turn ends."""
+        return ""
 
     def _segment_call(self, segment: str) -> tuple[str, dict[str, Any], str] | None:
         """(name, arguments, trailing text) if `segment` is a call, None if it is content."""

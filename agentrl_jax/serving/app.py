@@ -11,7 +11,8 @@ whole), the API key (401), the concurrency limit (429, requests generating at on
 ones until their last chunk), then the request's own checks (`serving.service`). A client that
 goes away while its request is generating (streamed or not) cancels it: the awaiting task is
 cancelled, and `AsyncSamplingEngine.generate` passes that on as `SamplingEngine.cancel`, which
-frees the request's decode slot and pages.
+frees the request's decode slot and pages. A stream sends text as the engine samples it
+(`_StreamedRun`; chunk shapes in `serving.responses`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentrl_jax.sampling.types import TokenEvent
 from agentrl_jax.serving import errors, responses, schemas
 from agentrl_jax.serving.service import Outcome, Prepared, Service
 from agentrl_jax.serving.trajectories import TrajectoryBusyError
@@ -102,6 +104,69 @@ async def _unless_disconnected(request: Request, work: Awaitable[Outcome],
     return task.result() if not task.cancelled() else None
 
 
+class _StreamedRun:
+    """A streamed request's sampling: `Service.run` as a task, whose token events, its end and
+    the client's disconnection all arrive in one queue, so that the stream sends each host
+    sync's tokens as soon as the engine reports them.
+
+    The run is cancelled (the engine frees the slot and pages) when the client disconnects,
+    seen here or by Starlette (which then cancels the body's generator), and in any case when
+    the response ends with the run still going (`stop`, which the response always calls).
+    """
+
+    def __init__(self, service: Service, prepared: Prepared, request: Request,
+                 counters: Counters):
+        self.service, self.prepared, self.request, self.counters = (
+            service, prepared, request, counters)
+        self.inbox: asyncio.Queue[tuple[int, TokenEvent] | None] = asyncio.Queue()
+        self.task: asyncio.Future[Outcome] | None = None
+        self.watch: asyncio.Future[None] | None = None
+
+    def _wake(self, _: Any) -> None:
+        self.inbox.put_nowait(None)
+
+    async def events(self) -> AsyncIterator[list[tuple[int, TokenEvent]]]:
+        """Starts the run; yields (choice, event) lists, all those queued at the time, until
+        the run ends or the client goes away (events queued before the run's end come before
+        it: `AsyncSamplingEngine.generate` delivers them first)."""
+        self.task = asyncio.ensure_future(self.service.run(
+            self.prepared, lambda i, event: self.inbox.put_nowait((i, event))))
+        self.task.add_done_callback(self._wake)
+        self.watch = asyncio.ensure_future(_until_disconnected(self.request))
+        self.watch.add_done_callback(self._wake)
+        done = False
+        while not done:
+            batch, item = [], await self.inbox.get()
+            while True:
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+                if self.inbox.empty():
+                    break
+                item = self.inbox.get_nowait()
+            if batch:
+                yield batch
+
+    async def outcome(self) -> Outcome | None:
+        """The run's outcome, or None (the run cancelled) if the client went away first."""
+        assert self.task is not None, "events() starts the run"
+        if not self.task.done():
+            self.stop()
+            await asyncio.gather(self.task, return_exceptions=True)
+            return None
+        self.stop()
+        return self.task.result()
+
+    def stop(self) -> None:
+        """Cancels the run if it is still going (its client is gone) and the watch."""
+        if self.watch is not None:
+            self.watch.cancel()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            self.counters.disconnected += 1
+
+
 class _ClosingStream(StreamingResponse):
     """A StreamingResponse that calls `on_end` however it ends: also when the client is gone
     before the first chunk, when Starlette never starts the body's generator (whose own
@@ -163,18 +228,29 @@ def create_app(service: Service) -> FastAPI:
             counters.served += 1
             return JSONResponse(render(outcome)) if outcome is not None else None
 
+        run = _StreamedRun(service, prepared, request, counters)
+
         async def chunks() -> AsyncIterator[str]:
             try:
                 yield stream.opening(len(prepared.params))
+                streamed = [responses.StreamedChoice(service, params, prepared.parse)
+                            for params in prepared.params]
+                async for events in run.events():
+                    for index, event in events:
+                        streamed[index].add(event)
+                    text = "".join(stream.progress(service, i, streamed[i])
+                                   for i in sorted({i for i, _ in events}))
+                    if text:
+                        yield text
                 try:
-                    outcome = await _unless_disconnected(request, service.run(prepared), counters)
+                    outcome = await run.outcome()
                 except errors.APIError as e:  # after the headers: an error event, as OpenAI
                     yield responses.sse(e.body())
                     return
                 if outcome is None:
                     return
                 counters.served += 1
-                for chunk in stream.body(service, outcome):
+                for chunk in stream.ending(service, outcome, streamed):
                     yield chunk
             finally:
                 ended()
@@ -182,6 +258,7 @@ def create_app(service: Service) -> FastAPI:
         def ended() -> None:
             if not closed:
                 closed.append(True)
+                run.stop()
                 counters.in_flight -= 1
                 service.release(prepared)  # a stream that ended before it sampled
 

@@ -90,6 +90,14 @@ def engine_error(error: BaseException) -> APIError:
     return APIError(500, f"generation failed: {error!r}", type=SERVER)
 
 
+def stream_diverged() -> APIError:
+    """A streamed completion whose text no longer begins with what was already sent (a weight
+    update restarted its turn: `responses.StreamedChoice.rest`); sent as the stream's error."""
+    return APIError(500, "the completion changed after part of it was streamed (its turn was "
+                    "restarted on new weights); retry the request", type=SERVER,
+                    code="stream_diverged")
+
+
 _VALIDATION_TYPES = {"json_invalid": "We could not parse the JSON body of your request."}
 
 

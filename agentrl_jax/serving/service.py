@@ -13,17 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from agentrl_jax.chat.conversation import Message, TemplateNotPrefixStableError
-from agentrl_jax.chat.tool_parsers import ParsedTurn, get_parser
+from agentrl_jax.chat.tool_parsers import ParsedTurn, get_parser, partial_marker, settled_content
 from agentrl_jax.rollout.agent_loop import Generator
 from agentrl_jax.rollout.cross_policy import TRAINED_POLICY
-from agentrl_jax.sampling.types import GenerateRequest, GenerationResult, SamplingParams
+from agentrl_jax.sampling.engine import TokenCallback
+from agentrl_jax.sampling.types import (
+    GenerateRequest,
+    GenerationResult,
+    SamplingParams,
+    TokenEvent,
+)
 from agentrl_jax.serving import errors, schemas
 from agentrl_jax.serving.trajectories import Trajectory, TrajectoryBusyError, TrajectoryStore
 
@@ -33,9 +40,18 @@ TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 
 class Engine(Generator, Protocol):
     """What the server needs of a sampler (`sampling.AsyncSamplingEngine` is one): the agent
-    loop's `Generator`, and the weight version of each policy it serves."""
+    loop's `Generator`, whose `generate` also reports a turn's tokens as they are sampled (on
+    the caller's event loop, all before it returns: streaming), and the weight version of each
+    policy it serves."""
+
+    async def generate(self, request: GenerateRequest, on_tokens: TokenCallback | None = None
+                       ) -> GenerationResult: ...
 
     async def policies(self) -> dict[str, int]: ...
+
+
+# Called with (choice index, the choice's new tokens) as `Service.run` samples them.
+ChoiceTokens = Callable[[int, TokenEvent], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,17 +184,19 @@ class Service:
     def _all_params(self, request: schemas._Sampling, prompt: list[int]) -> list[SamplingParams]:
         return [self._params(request, len(prompt), i) for i in range(request.n)]
 
-    async def run(self, prepared: Prepared) -> Outcome:
+    async def run(self, prepared: Prepared, on_tokens: ChoiceTokens | None = None) -> Outcome:
         """Samples a prepared request's choices (the first shares the trajectory's KV session)
-        and records the trajectory's turn."""
+        and records the trajectory's turn; `on_tokens(i, event)` is told choice i's tokens as
+        the engine samples them, all before `run` returns (a stream sends them)."""
         try:
             for old in prepared.evicted:
                 await self.engine.end_session(old)
             try:
                 async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(self.engine.generate(GenerateRequest(
+                    tasks = [group.create_task(self._generate(GenerateRequest(
                         prepared.prompt, p, prepared.policy,
-                        prepared.session_id if i == 0 else None)))
+                        prepared.session_id if i == 0 else None),
+                        None if on_tokens is None else functools.partial(on_tokens, i)))
                         for i, p in enumerate(prepared.params)]
             except BaseExceptionGroup as failed:
                 raise errors.engine_error(failed.exceptions[0]) from failed.exceptions[0]
@@ -200,19 +218,46 @@ class Service:
                                        returned=first.message)
         return Outcome(prepared.prompt, choices, prepared.trajectory)
 
+    async def _generate(self, request: GenerateRequest, on_tokens: TokenCallback | None
+                        ) -> GenerationResult:
+        # Without a stream, the agent loop's plain `Generator.generate(request)` is called.
+        if on_tokens is None:
+            return await self.engine.generate(request)
+        return await self.engine.generate(request, on_tokens)
+
     def release(self, prepared: Prepared) -> None:
         """Frees the trajectory of a prepared request that will not be (or was not) sampled."""
         if prepared.trajectory is not None and prepared.trajectory.busy:
             self.trajectories.end_turn(prepared.trajectory)
 
-    def _text(self, result: GenerationResult) -> str:
-        tokens = result.tokens
+    def _decoded(self, tokens: Sequence[int]) -> str:
+        """Sampled tokens' text, without the end-of-turn token that ends a turn."""
         if tokens and tokens[-1] in self.end_of_turn_ids:
             tokens = tokens[:-1]
-        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=False)
+
+    def _text(self, result: GenerationResult) -> str:
+        text = self._decoded(result.tokens)
         if result.stop_string is not None:  # OpenAI returns the text before the stop string
             text = text[: text.find(result.stop_string)] if result.stop_string in text else text
         return text
+
+    def settled_text(self, tokens: Sequence[int], params: SamplingParams, parse: bool) -> str:
+        """What a stream may send of a choice whose first `tokens` are sampled: a beginning of
+        the text it will return (chat: of its message content) that no later token changes.
+
+        Held back are a character still split over tokens (U+FFFD), the text from a stop
+        string on and an end that may begin one (the returned text ends before the stop), and,
+        when tool calls are parsed, whatever the parser may still read as a call or strip
+        (`tool_parsers.settled_content`). Assumes, as byte-level BPE decoding gives, that the
+        text of a token prefix begins the text of the whole; where it does not, the stream
+        notices at the end (`responses.StreamedChoice.rest`).
+        """
+        text = self._decoded(tokens).rstrip("\ufffd")
+        for stop in params.stop_strings:
+            at = text.find(stop)
+            text = text[:at] if at != -1 else text[: len(text) - partial_marker(text, stop)]
+        return settled_content(self.parser, text) if parse else text
 
     def token_texts(self, tokens: Sequence[int]) -> list[str]:
         """Each token's own text (a byte-level token that splits a character decodes to U+FFFD)."""

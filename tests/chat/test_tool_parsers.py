@@ -12,6 +12,8 @@ from agentrl_jax.chat.tool_parsers import (
     ParsedTurn,
     ToolParseError,
     get_parser,
+    partial_marker,
+    settled_content,
 )
 
 
@@ -223,3 +225,27 @@ def test_parsers_never_raise(text, name):
             assert tool_call["function"]["name"]
     else:
         assert result.raw == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=TEXT, name=st.sampled_from(["hermes", "glm4"]))
+def test_settled_content_begins_every_continuation(text, name):
+    """What a stream may send of a turn still being sampled begins its text and, if it parses,
+    the parsed content, wherever the turn is cut."""
+    parser = get_parser(name)
+    result = parser.parse(text)
+    for cut in range(len(text) + 1):
+        settled = settled_content(parser, text[:cut])
+        assert text.startswith(settled)
+        if isinstance(result, ParsedTurn):
+            assert result.content.startswith(settled)
+
+
+def test_hermes_settles_the_content_before_a_call():
+    parser = HermesParser()
+    assert parser.settled("Let me look.\n<tool") == "Let me look."
+    assert parser.settled("Let me look.\n<tool_call>{") == "Let me look."
+    assert parser.settled(" leading space") == ""
+    assert settled_content(Glm4Parser(), "\nplain") == ""
+    assert partial_marker("abc <tool_c", "<tool_call>") == len("<tool_c")
+    assert partial_marker("abc", "<tool_call>") == 0

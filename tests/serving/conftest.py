@@ -17,6 +17,7 @@ token ids found in the tokenizer's vocabulary (`_segment`).
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import threading
 import time
@@ -115,6 +116,65 @@ class PausableEngine(AsyncSamplingEngine):
             yield
         finally:
             gate.set()
+
+
+    @contextlib.contextmanager
+    def stepping(self):
+        """Holds the engine loop and yields a `Stepper`: the test says when the loop thread
+        runs the commands queued meanwhile (submits, cancels) and engine steps, one at a time,
+        so that what a client sees can be checked against how far the engine has got."""
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        held = threading.Event()
+
+        def hold() -> None:  # runs on the loop thread, which does the jobs until released
+            held.set()
+            while (job := jobs.get()) is not None:
+                try:
+                    job()
+                    done.put(None)
+                except BaseException as e:  # noqa: BLE001 - handed to the test thread
+                    done.put(e)
+
+        def run(job) -> None:
+            jobs.put(job)
+            error = done.get()
+            if error is not None:
+                raise error
+
+        self._call(hold)
+        held.wait()
+        try:
+            yield Stepper(self, run)
+        finally:
+            jobs.put(None)
+
+
+class Stepper:
+    """One engine step, or the queued commands, at a time (`PausableEngine.stepping`)."""
+
+    def __init__(self, engine: PausableEngine, run):
+        self.engine, self._run = engine, run
+
+    def pump(self) -> None:
+        """Runs the commands queued on the loop (a request's submit, a cancel)."""
+        commands = self.engine._commands
+
+        def job() -> None:
+            while not commands.empty():
+                commands.get()()
+
+        self._run(job)
+
+    def until_submitted(self) -> None:
+        """Pumps until the engine has a request (the server submits it from its own thread)."""
+        wait_until(lambda: (self.pump(), self.engine.engine.has_work)[1])
+
+    def step(self) -> None:
+        """Runs the queued commands and one `SamplingEngine.step` (a prefill and a decode
+        chunk: `steps_per_sync` tokens per running request)."""
+        self.pump()
+        self._run(self.engine.engine.step)
 
 
 class Stack:
