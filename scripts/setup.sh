@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in bubblewrap debootstrap python3-venv g++ cmake make mariadb-server; do
+  for pkg in bubblewrap debootstrap apt-utils python3-venv g++ cmake make mariadb-server; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if ((${#need[@]})); then

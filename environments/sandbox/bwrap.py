@@ -181,8 +181,11 @@ def _pristine_system(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
 
 
 def _pristine_image(config: SandboxConfig, layer: PrivateLayer) -> str | None:
-    """The untouched image as a host path: the writable root's lower layer, or the image."""
-    return layer.pristine if config.writable_root else config.image
+    """The untouched image as a host path: the writable root's lower layer (with the trusted
+    packages the sandbox installed over it, `PrivateLayer.grading_system`), or the image."""
+    if config.writable_root:
+        return layer.system or layer.pristine
+    return config.image
 
 
 def _agent_view(config: SandboxConfig, layer: PrivateLayer, rel: str) -> str:

@@ -10,12 +10,13 @@ them (`uid_block.py`), held here for its life.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
 
-from environments.sandbox import cgroup, mounts, seccomp, uid_block
+from environments.sandbox import cgroup, mounts, offline_packages, seccomp, uid_block
 from environments.sandbox.apptainer import apptainer_argv
 from environments.sandbox.bwrap import bwrap_argv, pristine_system_problem
 from environments.sandbox.config import SandboxConfig
@@ -146,6 +147,7 @@ class SandboxInstance:
         """
         limits = prlimit_argv(reachable_open_files(self.config.limits), self._prlimit)
         if pristine_system:
+            await self._lay_installed_packages()
             problem = pristine_system_problem(self.config, self.layer)
             if problem is not None:
                 raise SandboxError(f"no pristine system over this root: {problem}")
@@ -161,6 +163,20 @@ class SandboxInstance:
         finally:
             if pidns is not None:
                 os.close(pidns)
+
+    async def _lay_installed_packages(self) -> None:
+        """Over a writable root, a pristine-system process also gets the trusted copies of
+        the packages the sandbox installed from its image's offline repository
+        (`offline_packages.py`); in a thread, so that other sandboxes are not held up."""
+        if not (self.config.writable_root and self.layer.pristine is not None):
+            return
+        try:
+            debs = await asyncio.to_thread(offline_packages.added_debs, self.config.image,
+                                           self.layer.root)
+            await asyncio.to_thread(self.layer.grading_system, debs)
+        except (OSError, ValueError) as e:
+            raise SandboxError("cannot lay the packages the sandbox installed over its "
+                               f"pristine system: {e}") from e
 
     async def _spawn(self, command: Sequence[str], limits: list[str], stdin_pipe: bool,
                      pristine_system: bool, env: Mapping[str, str] | None,

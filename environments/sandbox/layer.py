@@ -7,7 +7,9 @@ Layout under `<scratch>/<random id>/` (mode 0700, owned by the sandbox's uid):
 and, for a copy-on-write root over an image (root only, see `mounts.py`):
   pristine/      the image, idmapped (its root-owned files owned by the sandbox's uid), read-only;
   upper/ work/   the overlay's upper layer (everything the sandbox changes) and its work dir;
-  root/          the overlay: the sandbox's whole writable `/`.
+  root/          the overlay: the sandbox's whole writable `/`;
+  system<n>/     for a grader (`grading_system`): `debs/`, trusted packages the sandbox
+                 installed, unpacked, and `view/`, a read-only overlay of them over `pristine/`.
 
 With `size_bytes` (root only) the layer is a tmpfs of that size: a byte quota on everything the
 sandbox writes, whose pages count against the memory cgroup of the process that writes them.
@@ -19,13 +21,14 @@ the host does and can check.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from environments.sandbox import mounts
+from environments.sandbox import mounts, offline_packages
 
 
 class PrivateLayer:
@@ -50,6 +53,9 @@ class PrivateLayer:
         os.mkdir(self.path, 0o700)
         self.root: str | None = None       # the writable root (overlay), if any
         self.pristine: str | None = None   # the image as the sandbox sees it, read-only
+        self.system: str | None = None     # what a grader's system code comes from, if not that
+        self._systems: dict[tuple[str, ...], str] = {}   # grading_system's, by its .debs
+        self._owner, self._owner_block = owner, owner_block
         self._mounts: list[str] = []       # innermost last
         try:
             if size_bytes is not None:
@@ -90,6 +96,33 @@ class PrivateLayer:
         self._mounts.append(self.pristine)
         mounts.mount_overlay(self.pristine, upper, work, self.root)
         self._mounts.append(self.root)
+
+    def grading_system(self, debs: Sequence[str]) -> str:
+        """Makes `system` the pristine image with `debs` unpacked over it, read-only; its path.
+
+        For a grader that must find what the sandbox installed (`offline_packages.py`): the
+        .debs are the image's own, so the view is as trusted as the image. Built once per set
+        of .debs; without any, the pristine image itself. Its bytes count against the layer's
+        quota. Raises OSError (e.g. ENOSPC) or ValueError (an unreadable .deb).
+        """
+        if self.pristine is None or self._owner is None:
+            raise ValueError("a grading system needs a copy-on-write root")
+        key = tuple(debs)
+        if not key:
+            self.system = self.pristine
+            return self.system
+        if key not in self._systems:
+            base = os.path.join(self.path, f"system{len(self._systems)}")
+            unpacked, view = os.path.join(base, "debs"), os.path.join(base, "view")
+            for d in (base, unpacked, view):
+                os.mkdir(d, 0o755)
+            offline_packages.unpack(debs, unpacked, functools.partial(
+                mounts.shown_id, uid=self._owner, block=self._owner_block), self.pristine)
+            mounts.mount_readonly_overlay([unpacked, self.pristine], view)
+            self._mounts.append(view)
+            self._systems[key] = view
+        self.system = self._systems[key]
+        return self.system
 
     def remove(self) -> None:
         """Deletes the layer. Safe against symlinks planted inside and against chmod 000 dirs.

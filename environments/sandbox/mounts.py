@@ -1,5 +1,8 @@
 """Host-side mounts of a sandbox's writable root (root only): tmpfs, idmapped image, overlay.
 
+(And the read-only overlay of a grader's system: the pristine image with the trusted packages
+the sandbox installed over it, `layer.PrivateLayer.grading_system`.)
+
 A copy-on-write root over a shared read-only image needs the image's files to look owned by the
 sandbox's "root". The image is owned by host uid 0, and each sandbox runs as its own unprivileged
 host uid U (see `uids.py`) that bwrap maps to 0 inside; so the image is mounted *idmapped*
@@ -30,6 +33,7 @@ _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_IDMAP = 0x1, 0x00100000
 _MNT_DETACH = 2
+_MS_RDONLY = 1
 IMAGE_OWNERS = 2_000_000   # on-disk uid/gid k > 0 of an image shows as host uid IMAGE_OWNERS + k
 _MAPPED_IDS = 65_536
 
@@ -70,16 +74,23 @@ def mount_tmpfs(target: str, size_bytes: int, owner: int | None) -> None:
            f"mount tmpfs on {target}")
 
 
+def shown_id(on_disk: int, uid: int, block: bool = False) -> int:
+    """The host id as which `mount_idmapped(..., uid, block)` shows an image's on-disk id."""
+    if block:
+        return uid + on_disk
+    return uid if on_disk == 0 else IMAGE_OWNERS + on_disk
+
+
 def mount_idmapped(source: str, target: str, uid: int, block: bool = False) -> None:
     """Binds `source` read-only at `target`, on-disk uid and gid 0 shown as `uid`.
 
     On-disk ids 1..65535 show as IMAGE_OWNERS + id, or, with `block` (a sandbox that owns the
-    host ids uid..uid+65535, see `uid_block.py`), as uid + id: its own users.
+    host ids uid..uid+65535, see `uid_block.py`), as uid + id: its own users (`shown_id`).
     """
     if block:
-        id_map = f"0 {uid} {_MAPPED_IDS}\n"
+        id_map = f"0 {shown_id(0, uid, block)} {_MAPPED_IDS}\n"
     else:
-        id_map = f"0 {uid} 1\n1 {IMAGE_OWNERS + 1} {_MAPPED_IDS - 1}\n"
+        id_map = f"0 {uid} 1\n1 {shown_id(1, uid)} {_MAPPED_IDS - 1}\n"
     helper = subprocess.Popen(["unshare", "--user", "sleep", "60"], stdin=subprocess.DEVNULL)
     try:
         ns_path = f"/proc/{helper.pid}/ns/user"
@@ -125,6 +136,13 @@ def mount_overlay(lower: str, upper: str, work: str, target: str) -> None:
     """An overlay of `upper` (read-write) over `lower` (read-only) at `target`."""
     options = f"lowerdir={lower},upperdir={upper},workdir={work}"
     _check(_libc.mount(b"overlay", target.encode(), b"overlay", 0, options.encode()),
+           f"mount overlay on {target}")
+
+
+def mount_readonly_overlay(lowers: list[str], target: str) -> None:
+    """A read-only overlay of `lowers` (the first on top) at `target`."""
+    options = f"lowerdir={':'.join(lowers)}"
+    _check(_libc.mount(b"overlay", target.encode(), b"overlay", _MS_RDONLY, options.encode()),
            f"mount overlay on {target}")
 
 
