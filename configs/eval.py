@@ -34,6 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
         controller_url="",  # an AgentRL-compatible controller; "" starts a fleet here
         tasks=placeholder(tuple),  # None: the run's env.tasks, else AgentBench-FC's
         sandbox=True,  # each started worker in its own bubblewrap sandbox
+        allow_root_fallback=False,  # not host root: the OS task on the seeded root, not refused
         concurrency=64,  # episodes per started worker
     ))
 

@@ -24,6 +24,9 @@ def env_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
         controller_url="",  # an existing (AgentRL-compatible) controller; "" starts our own
         sandbox=True,  # each task worker in its own bubblewrap sandbox (as root: but the OS one)
+        # A launcher that is not host root refuses to start the OS task (its machines' overlay
+        # root, cgroups, disk quota need root); True starts it on the weaker seeded root.
+        allow_root_fallback=False,
         tasks=AGENTBENCH_FC,
         concurrency=64,  # episodes per worker
         train_split="train",

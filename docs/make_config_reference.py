@@ -60,6 +60,9 @@ MEANINGS: dict[str, str] = {
     "env.controller_url": 'an AgentRL-compatible controller to use; "" (local) starts our own '
                           "sandboxed fleet; required by launch.tpu_pod",
     "env.sandbox": "each task worker in its own bubblewrap sandbox (environments/sandbox)",
+    "env.allow_root_fallback": "a launcher that is not host root: start the OS task with the "
+                               "seeded root (rlimits only) instead of refusing "
+                               "(launch/env_fleet.py, docs/security.md)",
     "env.tasks": "the tasks trained on (environment folder names; the controller serves "
                  "TASK-SPLIT)",
     "env.concurrency": "episodes one started worker holds at once",
@@ -247,6 +250,8 @@ EVAL_MEANINGS: dict[str, str] = {
     "env.tasks": "tasks evaluated (folder names, or a name the controller serves as it is); "
                  "None: the run's, else AgentBench-FC's five",
     "env.sandbox": "each started worker in its own bubblewrap sandbox",
+    "env.allow_root_fallback": "a launcher that is not host root: start the OS task with the "
+                               "seeded root instead of refusing",
     "env.concurrency": "episodes one started worker holds at once",
     "model.parser": 'tool-call format; None: the run\'s, else "hermes"',
     "eval.subset": '"test" (eval.split, spread evenly) or "validation" (the held-out slice '

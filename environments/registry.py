@@ -88,6 +88,12 @@ def host_root_params(name: str) -> tuple[str, ...] | None:
     return getattr(task_factory(name), "host_root_params", None)
 
 
+def host_root_fallback_params(name: str) -> tuple[str, ...]:
+    """`Task.host_root_fallback_params` of task `name` (what it runs with where no host-root
+    launcher can give it `host_root_params`, if the fallback is asked for)."""
+    return getattr(task_factory(name), "host_root_fallback_params", ())
+
+
 def load_task(name: str, **params: Any) -> Task:
     """Instantiates the task called `name` with `params` as keyword arguments."""
     factory = task_factory(name)

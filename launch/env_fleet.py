@@ -12,7 +12,9 @@ worker runs in its own bwrap sandbox (host network, read-only view of the repo, 
 data, private /tmp and $HOME; see `environments/sandbox/worker_wrap.py`). In Python,
 `add_worker(task, sandbox=True)`, or `sandbox=WorkerSandbox(...)` for extra paths or variables.
 A host-root `--sandbox` fleet (and `start_task_fleet`, the main job's) starts the OS task's
-worker unsandboxed instead, with the overlay root its machines need (`task_worker_placements`).
+worker unsandboxed instead, with the overlay root its machines need (`task_worker_placements`);
+a launcher that is not host root refuses to start it unless `--allow-root-fallback` is given
+(then its machines get the seeded root).
 """
 
 from __future__ import annotations
@@ -255,7 +257,12 @@ def prepare_task_data(tasks: Sequence[str], splits: Sequence[str],
                                stdout=out, stderr=subprocess.STDOUT)
 
 
-def task_worker_placements(tasks: Sequence[str], sandbox: bool) -> dict[str, dict]:
+class NeedsHostRoot(RuntimeError):
+    """A task's bounds need a host-root launcher, and no fallback was asked for."""
+
+
+def task_worker_placements(tasks: Sequence[str], sandbox: bool,
+                           allow_root_fallback: bool = False) -> dict[str, dict]:
     """{task: `add_worker`'s `sandbox` and extra `params` (and `private_mounts`)} of a fleet.
 
     With `sandbox`, every worker runs in a worker sandbox, except, when this process is host
@@ -263,34 +270,56 @@ def task_worker_placements(tasks: Sequence[str], sandbox: bool) -> dict[str, dic
     and need host root, so it runs unsandboxed with those params (which make it refuse to start
     without the bounds), in a mount namespace of its own so that its machines' mounts vanish
     with it even when it is killed (`PRIVATE_MOUNTS`). docs/security.md says what it can reach.
-    The tasks' classes are looked up in a subprocess, so that this one never imports them.
+
+    A launcher that is not host root cannot give such a task what it needs, sandboxed or not
+    (the OS task's overlay root, cgroups, disk quota): it raises NeedsHostRoot, unless
+    `allow_root_fallback`, and then that worker gets the task's `host_root_fallback_params`
+    (the OS task's `root=seeded`), so that a run never quietly trains on weaker machines; each
+    OS episode's metrics record the root it had. The tasks' classes are looked up in a
+    subprocess, so that this one never imports them.
     """
     from environments.sandbox.mounts import host_root
 
     placements = {task: {"sandbox": sandbox, "params": []} for task in tasks}
-    if not (sandbox and host_root() and tasks):
+    root = host_root()
+    if not tasks or (root and not sandbox):   # host root, unsandboxed: the task's own defaults
         return placements
-    code = ("import json, sys; from environments.registry import host_root_params; "
-            "print(json.dumps({t: host_root_params(t) for t in sys.argv[1:]}))")
+    code = ("import json, sys; from environments import registry as r; print(json.dumps({t: "
+            "[r.host_root_params(t), r.host_root_fallback_params(t)] for t in sys.argv[1:]}))")
     found = subprocess.run([sys.executable, "-c", code, *tasks], cwd=REPO_ROOT, check=True,
                            capture_output=True, text=True).stdout
-    for task, params in json.loads(found.splitlines()[-1]).items():
-        if params is not None:
+    for task, (params, fallback) in json.loads(found.splitlines()[-1]).items():
+        if params is None:
+            continue
+        if root:
             placements[task] = {"sandbox": False, "params": params, "private_mounts": True}
+        elif allow_root_fallback:
+            placements[task] = {"sandbox": sandbox, "params": list(fallback)}
+        else:
+            raise NeedsHostRoot(
+                f"task {task} needs a launcher that is host root: its workers run with "
+                f"{' '.join(params)}, whose bounds only host root can give (docs/security.md); "
+                f"this one is uid {os.geteuid()}{'' if os.geteuid() else ' of a user namespace'}"
+                ". Run it as host root, or ask for the fallback explicitly "
+                "(env.allow_root_fallback=True; env_fleet --allow-root-fallback): "
+                f"{' '.join(fallback) or 'the task defaults'}")
     return placements
 
 
 def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bool = True,
                      concurrency: int = 64, log_dir: pathlib.Path | None = None,
-                     idle_timeout_s: float = RUN_IDLE_TIMEOUT_S) -> EnvFleet:
+                     idle_timeout_s: float = RUN_IDLE_TIMEOUT_S,
+                     allow_root_fallback: bool = False) -> EnvFleet:
     """A controller and one worker per (task, split), registered as `TASK-SPLIT` and alive.
 
     Start it from the thread that outlives it and before JAX starts its threads (workers are
-    forked); close it (it is a context manager) to stop every process.
+    forked); close it (it is a context manager) to stop every process. Raises NeedsHostRoot
+    where a task's bounds need host root and `allow_root_fallback` is not given (see
+    `task_worker_placements`).
     """
+    placements = task_worker_placements(tasks, sandbox, allow_root_fallback)
     fleet = EnvFleet({"idle_session_timeout_s": idle_timeout_s}, log_dir=log_dir)
     try:
-        placements = task_worker_placements(tasks, sandbox)
         fleet.add_workers([dict(task=task, concurrency=concurrency, idle_timeout=idle_timeout_s,
                                 **{**placements[task],
                                    "params": [f"split={split}", *placements[task]["params"]]})
@@ -362,12 +391,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=None, help="per worker")
     parser.add_argument("--sandbox", action="store_true",
                         help="run each worker inside environments.sandbox")
+    parser.add_argument("--allow-root-fallback", action="store_true",
+                        help="where a task's bounds need host root (the OS task's overlay "
+                        "root) and this launcher is not, start it with its weaker fallback "
+                        "(root=seeded) instead of refusing")
     args = parser.parse_args(argv)
     settings = {} if args.concurrency is None else {"concurrency": args.concurrency}
     # SIGTERM unwinds like Ctrl-C, so that the fleet's processes are stopped, not orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     counts = [spec.partition("=")[::2] for spec in args.task]
-    placements = task_worker_placements(sorted({name for name, _ in counts}), args.sandbox)
+    placements = task_worker_placements(sorted({name for name, _ in counts}), args.sandbox,
+                                        args.allow_root_fallback)
     with EnvFleet({"port": args.port}) as fleet:
         print(f"controller {fleet.url}", flush=True)
         for name, count in counts:

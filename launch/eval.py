@@ -190,10 +190,12 @@ def load_checkpoint(checkpoint: Checkpoint, parser: str) -> policy_lib.Policy:
 
 def start_test_fleet(tasks: Sequence[str], split: str, stack: contextlib.ExitStack, *,
                      sandbox: bool = True, concurrency: int = 64,
-                     log_dir: pathlib.Path | None = None) -> str:
+                     log_dir: pathlib.Path | None = None,
+                     allow_root_fallback: bool = False) -> str:
     """A controller and one `split` worker per task (stopped when `stack` closes); its URL.
 
     Call it before JAX starts its threads (before loading a model): workers are forked.
+    `allow_root_fallback`: see `launch.env_fleet.task_worker_placements`.
     """
     from launch.env_fleet import prepare_task_data, start_task_fleet
 
@@ -202,7 +204,8 @@ def start_test_fleet(tasks: Sequence[str], split: str, stack: contextlib.ExitSta
     print(f"environments: starting {len(tasks)} {split}-split workers"
           f"{' (sandboxed)' if sandbox else ''}" + (f"; logs in {log_dir}" if log_dir else ""))
     fleet = stack.enter_context(start_task_fleet(tasks, [split], sandbox=sandbox,
-                                                 concurrency=concurrency, log_dir=log_dir))
+                                                 concurrency=concurrency, log_dir=log_dir,
+                                                 allow_root_fallback=allow_root_fallback))
     return fleet.url
 
 
@@ -350,7 +353,8 @@ def run_eval(config: ml_collections.ConfigDict) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         url = config.env.controller_url or start_test_fleet(
             tasks, split, stack, sandbox=config.env.sandbox,
-            concurrency=config.env.concurrency, log_dir=out / "logs")
+            concurrency=config.env.concurrency, log_dir=out / "logs",
+            allow_root_fallback=config.env.allow_root_fallback)
         print(f"policy: {checkpoint.describe()} (parser {parser})")
         policy = load_checkpoint(checkpoint, parser)
         agent = rl_stage.agent_spec(rl, policy)

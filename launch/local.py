@@ -126,7 +126,7 @@ def start_environments(env: ml_collections.ConfigDict, run: RunDir, stack: conte
           f"{' (sandboxed)' if env.sandbox else ''}; logs in {run.path / 'logs'}")
     fleet = stack.enter_context(start_task_fleet(
         env.tasks, splits, sandbox=env.sandbox, concurrency=env.concurrency,
-        log_dir=run.path / "logs"))
+        log_dir=run.path / "logs", allow_root_fallback=env.allow_root_fallback))
     (run.path / "fleet.json").write_text(json.dumps({
         "controller": {"url": fleet.url, "pid": fleet.controller.process.pid},
         "workers": [{"argv": w.argv, "url": w.url, "pid": w.process.pid}

@@ -135,6 +135,8 @@ class OSTask(Task):
     # root, cgroups and byte quota need a host-root worker. A host-root launcher therefore starts
     # it outside a worker sandbox, asking for the overlay so that it cannot quietly downgrade.
     host_root_params = ("root=overlay",)
+    # Without host root: machines on the read-only image with writable copies, rlimits only.
+    host_root_fallback_params = ("root=seeded",)
 
     def __init__(self, split: str = "train", max_rounds: int = 8, concurrency: int = 32,
                  data_dir: str | None = None, rootfs_dir: str | None = None,

@@ -181,8 +181,12 @@ class Task:
     # Params for a worker that a host-root launcher starts *outside* a worker sandbox, or None
     # (the default: sandbox it). Set by a task that runs no agent code in its worker process and
     # isolates what the agent runs in per-episode sandboxes of its own, whose bounds need host
-    # root (mounts, cgroups); a worker sandbox would take them away (docs/security.md).
+    # root (mounts, cgroups); a worker sandbox would take them away (docs/security.md). A
+    # launcher that is not host root refuses to start such a task, unless asked for the
+    # fallback: then its worker gets `host_root_fallback_params` instead (the task's weaker
+    # configuration, stated rather than picked quietly).
     host_root_params: tuple[str, ...] | None = None
+    host_root_fallback_params: tuple[str, ...] = ()
 
     def indices(self) -> list[SampleIndex]:
         """The sample indices this task serves (ints, or strings the controller maps to ints)."""
