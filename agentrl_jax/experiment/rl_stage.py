@@ -16,6 +16,7 @@ same `open_training`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -141,6 +142,8 @@ async def run_rl(
     remote: HubSettings | None = None,
     start_hub: Callable[[RolloutHub], Awaitable[None]] | None = None,
     probe: Callable[[int, Decoder], Mapping[str, float]] | None = None,
+    rollouts: Callable[[runner.RLPipeline], contextlib.AbstractAsyncContextManager[Any]]
+    | None = None,
 ) -> RLResult:
     """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`.
 
@@ -188,11 +191,12 @@ async def run_rl(
             pcfg, client=client, engine=engine, trainer=driver,
             agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
             adv_config=config.advantages, on_step=checkpoint_and_log, bookkeeping=book,
-            remote=remote, weights_fn=driver.weights)
+            remote=remote, weights_fn=driver.weights, external_groups=rollouts is not None)
         if pipeline.hub is not None and start_hub is not None:
             await start_hub(pipeline.hub)
         try:
-            state = await pipeline.run(training.state, start_step=start or 0)
+            async with (contextlib.nullcontext() if rollouts is None else rollouts(pipeline)):
+                state = await pipeline.run(training.state, start_step=start or 0)
         finally:
             if pipeline.hub is not None:
                 await pipeline.hub.stop()

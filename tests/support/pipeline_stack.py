@@ -14,8 +14,9 @@ from agentrl_jax.rollout.cross_policy import PolicyMix
 from agentrl_jax.sampling import AsyncSamplingEngine, EngineConfig, SamplingEngine, SamplingParams
 
 
-def make_stack(tokenizer):
-    """(engine, trainer) on a tiny model: the async engine (unstarted) and a sharded trainer."""
+def make_stack(tokenizer, max_context: int = 512):
+    """(engine, trainer) on a tiny model: the async engine (unstarted) and a sharded trainer,
+    both for episodes of up to `max_context` tokens."""
     cfg = ModelConfig.tiny("llama", vocab_size=len(tokenizer), hidden_size=32,
                            intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1)
     model = Decoder(cfg, rngs=nnx.Rngs(0))
@@ -25,12 +26,13 @@ def make_stack(tokenizer):
     # tests/sampling; on fake CPU devices it is far too slow for a pipeline run.)
     trainer_mesh = Mesh(np.array(devices[2:4]).reshape(1, 2, 1), ("data", "fsdp", "tensor"))
     engine = AsyncSamplingEngine(SamplingEngine(
-        model, EngineConfig(max_batch=8, page_size=16, num_pages=256, max_context=512,
-                            prefill_buckets=(256,), context_buckets=(512,), batch_buckets=(8,),
+        model, EngineConfig(max_batch=8, page_size=16, num_pages=max_context // 2,
+                            max_context=max_context, prefill_buckets=(256,),
+                            context_buckets=(max_context,), batch_buckets=(8,),
                             steps_per_sync=4)))
     tcfg = train_step.default_config()
-    tcfg.seq_buckets = (512,)
-    tcfg.tokens_per_micro = 1024
+    tcfg.seq_buckets = (max_context,)
+    tcfg.tokens_per_micro = 2 * max_context
     tcfg.optimizer.learning_rate = 1e-3
     trainer = train_step.Trainer(model, tcfg, trainer_mesh)
     return engine, trainer
