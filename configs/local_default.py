@@ -38,6 +38,9 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.run_dir = "runs/local"
     c.seed = 0
+    # Who plays the RL episodes: "agent_loop" (rollout/agent_loop.py) or "openai_agent" (an
+    # agent program over the OpenAI server, configs/local_openai_agent.py).
+    c.rollouts = "agent_loop"
     c.env = env_config()
 
     c.model = policy_lib.default_config()

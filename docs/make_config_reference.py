@@ -56,6 +56,9 @@ MEANINGS: dict[str, str] = {
     "log_dir": 'metrics, evaluation results, TensorBoard; "" = run_dir (or runs/NAME when '
                "run_dir is a URL; copied to run_dir/logs at the end)",
     "seed": "seeds evaluation episodes (sampling seeds and order)",
+    "rollouts": 'who plays the RL episodes: "agent_loop" (the project\'s loop, '
+                'rollout/agent_loop.py) or "openai_agent" (the agent program of `openai_agent` '
+                "over the OpenAI server, serving/agent_rollouts.py)",
     # env
     "env.controller_url": 'an AgentRL-compatible controller to use; "" (local) starts our own '
                           "sandboxed fleet; required by launch.tpu_pod",
@@ -323,7 +326,7 @@ def agentbench_fc() -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
 
 def render() -> str:
     from configs import eval as eval_config
-    from configs import local_default, local_smollm2
+    from configs import local_default, local_openai_agent, local_smollm2
 
     local = flatten(local_default.get_config())
     fc, model_rows = agentbench_fc()
@@ -355,7 +358,8 @@ def render() -> str:
         "",
         "Two families of configs exist:",
         "",
-        "- **local** (`configs/local_default.py`, `configs/local_smollm2.py`): the main job "
+        "- **local** (`configs/local_default.py`, `configs/local_smollm2.py`, "
+        "`configs/local_openai_agent.py`): the main job "
         "`launch.local` on one machine: its own sandboxed fleet, oracle demonstrations, a warm "
         "start, async multi-task RL, evaluation before and after. A run's `config.json` also "
         "gives `launch.eval` its defaults (tasks, parser, limits, engine).",
@@ -380,8 +384,11 @@ def render() -> str:
         out.append(f"| `{key.rsplit('.', 1)[-1]}` | {local_value} | {fc_value} | "
                    f"{MEANINGS[key]} |")
 
-    rows = [("`local_default.py:fast`", diff(local, flatten(local_default.get_config("fast")))),
+    fast = flatten(local_default.get_config("fast"))
+    rows = [("`local_default.py:fast`", diff(local, fast)),
             ("`local_smollm2.py`", diff(local, flatten(local_smollm2.get_config()))),
+            ("`local_openai_agent.py` (over `:fast`)",
+             diff(fast, flatten(local_openai_agent.get_config()))),
             *model_rows]
     out += ["", "## Modes and variants", "", "Each changes a few keys of its base config:", "",
             "| config | changes |", "| --- | --- |"]

@@ -17,7 +17,9 @@ crash, even `kill -9`, skips finished stages and resumes RL from its last checkp
   4. eval_before    the evaluated test subset, before RL (and, with `eval.validate`, the
                     validation slice: `validation_before`)
   5. rl             asynchronous multi-task RL on the train split less the validation slice
-                    (checkpoints in RUN_DIR/checkpoints)
+                    (checkpoints in RUN_DIR/checkpoints); the episodes played by our agent
+                    loop or (`rollouts="openai_agent"`) by an agent program over the OpenAI
+                    server (configs/local_openai_agent.py)
   6. eval_after     the same test subset after RL (`validation_after`); the final policy in
                     RUN_DIR/final_model
   7. report         RUN_DIR/results.md (per task before/after with 95% intervals and the
@@ -287,6 +289,21 @@ class CopyProbeRecord:
 # ----------------------------------------------------------------------------- the job
 
 
+def rollout_source(config: ml_collections.ConfigDict, engine: Any, url: str) -> Any:
+    """Who plays the RL episodes (`config.rollouts`): None for the pipeline's own agent loop;
+    for "openai_agent", the agent program of `config.openai_agent` over the OpenAI server on
+    `engine`, in this process, with the controller at `url` (serving/agent_rollouts.py)."""
+    rollouts = config.get("rollouts", "agent_loop")
+    if rollouts == "agent_loop":
+        return None
+    if rollouts == "openai_agent":
+        from agentrl_jax.serving import agent_rollouts
+
+        return agent_rollouts.source(config.openai_agent, engine=engine, controller_url=url,
+                                     max_context=config.rl.engine.max_context)
+    raise ValueError(f"rollouts must be 'agent_loop' or 'openai_agent', not {rollouts!r}")
+
+
 def single_device_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
 
@@ -328,7 +345,7 @@ async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,
                 result = await rl_stage.run_rl(
                     config.rl, policy=policy, engine=engine, trainer_mesh=mesh, client=client,
                     task_indices=tasks, run_dir=run.path, metrics=metrics, on_step=on_step,
-                    probe=probe_rl)
+                    probe=probe_rl, rollouts=rollout_source(config, engine, url))
                 bar.close()
                 shutil.rmtree(final_dir, ignore_errors=True)
                 policy_lib.save_policy(policy, final_dir)

@@ -1,0 +1,42 @@
+"""configs/local_openai_agent.py loads as `launch.local --config=...` loads it and selects the
+served agent as the rollout source; no weights, no processes."""
+
+import pathlib
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from configs import local_default
+from launch import local
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load(*overrides: str):
+    argv = ["prog", f"--config={REPO / 'configs' / 'local_openai_agent.py'}", *overrides]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
+                                    sys_argv=argv)
+    values(argv)
+    return values.config
+
+
+def test_the_config_trains_the_example_agent_on_db():
+    c = load("--config.openai_agent.agents=2")
+    assert c.rollouts == "openai_agent" and c.env.tasks == ("db",)
+    assert c.openai_agent.agents == 2
+    assert (REPO / c.openai_agent.command[1]).is_file()
+    p = c.rl.pipeline
+    assert (p.mode, p.rollout_workers, p.stale_policy_ratio) == ("async", 0, 0.0)
+    # Everything else is the main job's fast mode.
+    fast = local_default.get_config("fast")
+    for section in ("model", "sft", "eval", "demos"):
+        assert c[section].to_dict() == fast[section].to_dict()
+
+
+def test_launch_local_selects_the_rollout_source():
+    assert local.rollout_source(local_default.get_config(), engine=None, url="u") is None
+    assert callable(local.rollout_source(load(), engine=None, url="http://127.0.0.1:1/api"))
+    with pytest.raises(ValueError, match="rollouts must be"):
+        local.rollout_source(load("--config.rollouts=other"), engine=None, url="u")
