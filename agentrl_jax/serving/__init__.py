@@ -7,6 +7,10 @@
   service       request -> prompt tokens -> engine -> choices
   responses     response bodies and streamed chunks
   app           the FastAPI app (routes, API key, body-size and concurrency limits)
+  groups        finished trajectories into the RL pipeline's GRPO groups
+  task_gateway  the controller's routes for agents being trained: the environment's reward
+  agent_rollouts  the pipeline's groups played by an agent program over the server
 
-`launch/serve.py` serves a run; docs/serving.md is the user's guide.
+`launch/serve.py` serves a run, configs/local_openai_agent.py trains an agent program through
+it; docs/serving.md is the user's guide.
 """

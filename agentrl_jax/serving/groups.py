@@ -1,8 +1,9 @@
 """Served trajectories into the pipeline's GRPO groups.
 
 GRPO normalises a reward against the other members of its group (several attempts at one
-task), and only the agent knows which of its trajectories are attempts at the same task. So
-the reward call declares it (`POST /v1/trajectories/{id}/reward`): `task`, `group_id` (the
+task), and only the caller knows which of its trajectories are attempts at the same task (the
+agent, or `serving.task_gateway` for the jobs the trainer gives). So the reward call declares
+it (`POST /v1/trajectories/{id}/reward`): `task`, `group_id` (the
 caller's name for the group, unique among its groups open at once), `member` (0..size-1) and
 `group_size` (default: the collector's, normally the pipeline's `group_size`). A group is
 complete, and handed to the pipeline (`RLPipeline.add_external_group`, which gives it a
