@@ -55,7 +55,7 @@ from tqdm import tqdm
 from agentrl_jax import compile_cache, hostmem
 from agentrl_jax.cache_dirs import cache_root
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.evaluation import agentbench, copy_probe, protocol
+from agentrl_jax.evaluation import agentbench, copy_probe, first_call, protocol
 from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
@@ -256,7 +256,22 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
     with open(run.path / f"{name}_episodes.jsonl", "w") as f:   # transcripts, to read why
         for episode in sorted(episodes, key=lambda e: (e["task"], str(e["index"]))):
             f.write(json.dumps(episode, default=str) + "\n")
+    write_first_calls(run, name, episodes)
     return agentbench.to_json(results)
+
+
+def _task_of(key: str) -> str:
+    return parse_task_key(key).task
+
+
+def write_first_calls(run: RunDir, name: str, episodes: list[dict[str, Any]]) -> None:
+    """RUN_DIR/NAME_first_calls.json: per task, the first calls' format, whether they start as
+    the oracle does, and the copy rate of the arguments (`evaluation.first_call.summarize`)."""
+    demos = demos_lib.read_demos(run.stages()["demos"]["files"])
+    tools, first_tools = first_call.demo_tools(demos, _task_of)
+    summary = first_call.summarize(episodes, tools, first_tools, _task_of)
+    (run.path / f"{name}_first_calls.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(report.first_call_table(name, summary))
 
 
 def probe_copying(model, tokenizer) -> dict[str, float]:
@@ -374,6 +389,9 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
     for name in ("validation_before", "validation_after", "eval_before", "eval_after"):
         if (run.path / f"{name}.md").exists():
             parts.append((run.path / f"{name}.md").read_text())
+        calls = run.path / f"{name}_first_calls.json"
+        if calls.exists():
+            parts.append(report.first_call_table(name, json.loads(calls.read_text())))
     probes = CopyProbeRecord(run.path / "copy_probe.json").entries()
     if probes:
         parts.append(report.copy_probe_table(probes))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 WORD = re.compile(r"[A-Za-z0-9_]+")  # what a "word" of an argument is, here and in sft
@@ -69,3 +69,46 @@ def copy_rate(messages: Sequence[dict[str, Any]]) -> tuple[int, int]:
             total += len(words)
         seen.update(w.lower() for w in WORD.findall(message.get("content") or ""))
     return copied, total
+
+
+def demo_tools(demos: Iterable[dict[str, Any]], task_of: Callable[[str], str]
+               ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]]]:
+    """(tool schemas per task, the oracle's first tools per task) from demonstration records
+    (`sft.demos`); `task_of` maps a record's task key ("db-train") to its task ("db")."""
+    tools: dict[str, list[dict[str, Any]]] = {}
+    first_tools: dict[str, set[str]] = {}
+    for demo in demos:
+        task = task_of(demo["task"])
+        tools[task] = demo["tools"]
+        turn = next(m for m in demo["messages"] if m["role"] == "assistant")
+        if turn.get("tool_calls"):
+            first_tools.setdefault(task, set()).add(turn["tool_calls"][0]["function"]["name"])
+    return tools, first_tools
+
+
+def summarize(episodes: Iterable[dict[str, Any]], tools: dict[str, list[dict[str, Any]]],
+              first_tools: dict[str, set[str]], task_of: Callable[[str], str]
+              ) -> dict[str, dict[str, float]]:
+    """Per task: episodes, the share whose first call is well formed (`well_formed`) and whose
+    well-formed first call is one the oracle starts with (`oracle_first_tool`), and the copy
+    rate of every call's argument words (`copy_rate`, over `argument_words`).
+
+    `episodes` are records with "task" and "messages" (`launch.local` writes them); tasks
+    without tool schemas in `tools` are left out.
+    """
+    counts: dict[str, list[int]] = {}
+    for episode in episodes:
+        task = task_of(episode["task"])
+        if task not in tools:
+            continue
+        call = first_call(episode["messages"], tools[task])
+        copied, words = copy_rate(episode["messages"])
+        row = counts.setdefault(task, [0, 0, 0, 0, 0])
+        row[0] += 1
+        row[1] += call is not None
+        row[2] += call is not None and call in first_tools.get(task, set())
+        row[3] += copied
+        row[4] += words
+    return {task: {"episodes": n, "well_formed": good / n, "oracle_first_tool": right / n,
+                   "copy_rate": copied / words if words else 0.0, "argument_words": words}
+            for task, (n, good, right, copied, words) in sorted(counts.items())}

@@ -146,3 +146,14 @@ def copy_probe_table(entries: Mapping[str, Mapping[str, float]]) -> str:
         lines.append(f"| {name.replace('_', ' ')} | {figures['copy_probe_nll']:.3f} | "
                      f"{figures['copy_probe_ln_v']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def first_call_table(name: str, summary: Mapping[str, Mapping[str, float]]) -> str:
+    """A row per task of `evaluation.first_call.summarize`'s figures for evaluation `name`."""
+    lines = [f"First calls and copying, {name.replace('_', ' ')} (`evaluation/first_call.py`):\n",
+             "| task | episodes | well formed | oracle's first tool | copy rate |",
+             "| --- | --- | --- | --- | --- |"]
+    for task, row in summary.items():
+        lines.append(f"| {task} | {int(row['episodes'])} | {100 * row['well_formed']:.0f}% | "
+                     f"{100 * row['oracle_first_tool']:.0f}% | {100 * row['copy_rate']:.0f}% |")
+    return "\n".join(lines) + "\n"

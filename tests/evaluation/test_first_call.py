@@ -1,6 +1,6 @@
 """The first-call judge and the copy rate on hand-made episodes."""
 
-from agentrl_jax.evaluation.first_call import copy_rate, first_call
+from agentrl_jax.evaluation.first_call import copy_rate, demo_tools, first_call, summarize
 
 
 def test_first_call_judges_the_format():
@@ -44,3 +44,29 @@ def test_copy_rate_counts_unparseable_arguments_as_written():
                 {"role": "assistant", "content": "",
                  "tool_calls": [_call("execute_sql", '{"query": "select x')]}]
     assert copy_rate(messages) == (1, 3)   # query, select, x: only select was seen
+
+
+def test_summarize_counts_format_oracle_tool_and_copies_per_task():
+    tools = [{"function": {"name": "execute_sql", "parameters": {"required": ["query"]}}},
+             {"function": {"name": "commit_final_answer", "parameters": {}}}]
+    task = {"role": "user", "content": "How many rows in table cars?"}
+
+    def episode(name, arguments):
+        return {"task": "db-dev", "messages": [task, {"role": "assistant", "content": "",
+                                                      "tool_calls": [_call(name, arguments)]}]}
+
+    demo = {"task": "db-train", "tools": tools, "messages": [
+        task, {"role": "assistant", "content": "",
+               "tool_calls": [_call("execute_sql", '{"query": "SELECT 1"}')]}]}
+    def task_of(key):
+        return key.split("-")[0]
+
+    schemas, first = demo_tools([demo], task_of)
+    assert first == {"db": {"execute_sql"}}
+    episodes = [episode("execute_sql", '{"query": "SELECT cars"}'),   # well formed, 1 of 2 copied
+                episode("commit_final_answer", "{}"),                  # well formed, not first
+                episode("execute_sql", '{"sql": 1}'),                 # malformed
+                {"task": "kg-dev", "messages": []}]                   # no schemas: left out
+    summary = summarize(episodes, schemas, first, task_of)
+    assert summary == {"db": {"episodes": 3, "well_formed": 2 / 3, "oracle_first_tool": 1 / 3,
+                              "copy_rate": 1 / 3, "argument_words": 3}}

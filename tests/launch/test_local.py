@@ -120,7 +120,12 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
                        (run_dir / f"{name}_episodes.jsonl").read_text().splitlines()]
         assert sorted(e["task"] for e in transcripts) == sorted(result["tasks"])
         assert all(e["messages"][0]["role"] == "system" for e in transcripts)
+        calls = json.loads((run_dir / f"{name}_first_calls.json").read_text())
+        assert set(calls) == set(AGENTBENCH_FC)
+        assert all(r["episodes"] == 1 and 0 <= r["oracle_first_tool"] <= r["well_formed"] <= 1
+                   for r in calls.values())
     assert "| **average** |" in (run_dir / "results.md").read_text()
+    assert "First calls and copying, eval after" in (run_dir / "results.md").read_text()
     assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     everything = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {r["stage"] for r in everything} == {"sft", "rl", "rl_probe"}
