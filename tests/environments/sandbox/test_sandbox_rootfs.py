@@ -129,7 +129,7 @@ def test_pristine_system_problem_compares_with_the_image(tmp_path):
         (base / "usr/bin").mkdir(parents=True)
         (base / "etc").mkdir()
         (base / "bin").symlink_to("usr/bin")
-    layer = SimpleNamespace(root=str(root), pristine=str(image))
+    layer = SimpleNamespace(root=str(root), pristine=str(image), system=None)
     config = SandboxConfig(image="/unused", writable=(), writable_root=True)
     assert pristine_system_problem(config, layer) is None
     (root / "etc/ld.so.preload").mkdir()
@@ -143,7 +143,7 @@ def test_pristine_system_problem_compares_with_the_image(tmp_path):
     (etc / "alternatives").mkdir(parents=True)
     (image / "etc/alternatives").mkdir()
     seeded = SandboxConfig(image=str(image), writable=("/etc",))
-    layer = SimpleNamespace(root=None, pristine=None, writable={"/etc": str(etc)})
+    layer = SimpleNamespace(root=None, pristine=None, system=None, writable={"/etc": str(etc)})
     assert pristine_system_problem(seeded, layer) is None
     (etc / "alternatives").rmdir()
     (etc / "alternatives").symlink_to("/root")

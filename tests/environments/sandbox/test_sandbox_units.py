@@ -255,7 +255,7 @@ def _cow_layer(tmp_path):
     for rel in ("usr/bin", "usr/lib", "etc/alternatives", "etc/python3.11", "usr/local/lib"):
         (pristine / rel).mkdir(parents=True)
     (pristine / "etc/ld.so.cache").write_text("")
-    return SimpleNamespace(root=str(root), pristine=str(pristine), writable={},
+    return SimpleNamespace(root=str(root), pristine=str(pristine), system=None, writable={},
                            path=str(tmp_path), etc=str(tmp_path / "etc"))
 
 
