@@ -9,6 +9,7 @@ the price of staler tokens. AReaL bounds staleness the same way.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class StalenessGate:
@@ -22,9 +23,11 @@ class StalenessGate:
         self.version = version
         self._advanced = asyncio.Condition()
 
-    def allowed(self) -> bool:
-        """Whether the next group may start now."""
-        return self.started // self.groups_per_step <= self.version + self.max_staleness
+    def allowed(self, pending: int = 0) -> bool:
+        """Whether the next group may start now (with `pending` more groups counted as
+        started)."""
+        return ((self.started + pending) // self.groups_per_step
+                <= self.version + self.max_staleness)
 
     async def admit(self) -> int:
         """Waits for permission to start a group; returns its sequence number."""
@@ -37,6 +40,14 @@ class StalenessGate:
         waits for the gate (a remote worker's claim is answered at once and asked again)."""
         async with self._advanced:
             return self._take_number() if self.allowed() else None
+
+    async def wait_open(self, pending: Callable[[], int]) -> None:
+        """Waits until a group started now would be admitted, counting `pending()` groups
+        started elsewhere that are not counted yet (`count_started` counts them when they
+        arrive); takes no number. A source of external groups paces itself by this
+        (`RLPipeline.wait_for_admission`)."""
+        async with self._advanced:
+            await self._advanced.wait_for(lambda: self.allowed(pending()))
 
     def count_started(self) -> int:
         """Counts a group that was started elsewhere and is already played (a served group,

@@ -203,6 +203,15 @@ class RLPipeline:
             self.buffer.add(dataclasses.replace(rollout, group_id=group_id, member=member))
         return group_id
 
+    async def wait_for_admission(self, pending: Callable[[], int]) -> None:
+        """For a source of external groups (`serving.agent_rollouts`) that paces itself by the
+        async loop's staleness bound: returns once a group it started now would be admitted,
+        counting the `pending()` groups it has started that have not arrived yet through
+        `add_external_group` (which counts each as it arrives). Returns at once outside the
+        async loop."""
+        if self._gate is not None:
+            await self._gate.wait_open(pending)
+
     async def _rollout_worker(self, gate: StalenessGate) -> None:
         while True:
             await gate.admit()

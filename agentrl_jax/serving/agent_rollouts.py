@@ -5,8 +5,9 @@ examples/openai_agent/agent.py) instead of the project's agent loop. In the pipe
 event loop, `AgentRollouts` serves, on loopback, the OpenAI server (`serving.app`) over the
 pipeline's engine (so every weight version the pipeline syncs is what the agent samples next)
 with the task gateway (`serving.task_gateway`) mounted under `/tasks`. It draws each group from
-the pipeline's stream (`RLPipeline.stream`), runs the agent once per member, at most `agents`
-at once, each as its own process, and files the ended episodes as the pipeline's groups
+the pipeline's stream (`RLPipeline.stream`) when the pipeline's staleness gate admits it
+(`RLPipeline.wait_for_admission`), runs the agent once per member, at most `agents` at once,
+each as its own process, and files the ended episodes as the pipeline's groups
 (`serving.groups.ServedGroups` into `RLPipeline.add_external_group`).
 
 An agent process is given its episode in its environment (the contract an agent program
@@ -214,12 +215,15 @@ class AgentRollouts:
                 for part in self.config.command]
 
     async def _dispatch(self) -> None:
-        """Draws groups from the pipeline's stream and runs their members' agents, at most
-        `agents` at once, for as long as the pipeline runs."""
+        """Draws groups from the pipeline's stream as its staleness gate admits them and runs
+        their members' agents, at most `agents` at once, for as long as the pipeline runs."""
         slots = asyncio.Semaphore(int(self.config.agents))
         running: set[asyncio.Task] = set()
         try:
             while True:
+                # The staleness bound, counting the groups in play (drawn, not yet filed).
+                await self.pipeline.wait_for_admission(
+                    lambda: self._next_group - self.groups.submitted)
                 task, index = next(self.pipeline.stream)
                 group_id, size = self._next_group, int(self.pipeline.config.group_size)
                 self._next_group += 1

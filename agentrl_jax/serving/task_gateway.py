@@ -16,8 +16,9 @@ The agent's output is untrusted, so the gateway checks each step rather than bel
                 with their ids), never text of the agent's own.
   the episode   when it ends, the trajectory's last stream must be the environment's episode:
                 exactly its messages and tools and the forwarded turns, and no turn may have
-                been sampled that the environment did not receive (best-of-n). Otherwise it
-                ends `agent validation failed` with reward 0 (penalised in training).
+                been sampled that the environment did not receive (best-of-n; but the last
+                turn of an episode the agent stops). Otherwise it ends `agent validation
+                failed` with reward 0 (penalised in training).
   the reward    the environment's (its grader, through the controller), given with the job's
                 group to `TrajectoryStore.finish`; the server's own reward route is closed to
                 the agents (`without_caller_rewards`).
@@ -250,15 +251,19 @@ class TaskGateway:
             raise GatewayError(409, "the turn sent is not the turn the policy sampled")
         return dict(last)
 
-    def _unfaithful(self, job: Job, trajectory: Trajectory) -> str | None:
-        """Why the trajectory is not the job's episode as the environment played it, or None."""
-        sampled = _sampled_turns(trajectory)
+    def _unfaithful(self, job: Job, trajectory: Trajectory, truncated: bool) -> str | None:
+        """Why the trajectory is not the job's episode as the environment played it, or None.
+        A truncated episode may end with one turn sampled but not sent (the agent stopped
+        between the two)."""
+        sampled, segment = _sampled_turns(trajectory), trajectory.current
+        known, played = segment.client_messages, job.transcript
+        if (truncated and sampled == job.forwarded + 1 and segment.num_turns
+                and known[-1].get("role") == "assistant"):
+            sampled, known = sampled - 1, known[:-1]
         if sampled != job.forwarded:
             return f"{sampled} turns sampled, {job.forwarded} sent to the environment"
-        segment = trajectory.current
         if _canonical(segment.tools) != _canonical(job.tools):
             return "the tools given to the policy are not the environment's"
-        known, played = segment.client_messages, job.transcript
         # Up to the last turn sent at least; the environment's reply to it may be missing.
         last_turn = max((i for i, m in enumerate(played) if m.get("role") == "assistant"),
                         default=-1)
@@ -291,7 +296,7 @@ class TaskGateway:
             await asyncio.sleep(0.01)
             trajectory = store.get(job.trajectory_id)
         if trajectory is not None and status is not SampleStatus.TASK_ERROR:
-            why = self._unfaithful(job, trajectory)
+            why = self._unfaithful(job, trajectory, status is SampleStatus.RUNNING)
             if why is not None:
                 log.warning("trajectory %s refused: %s", job.trajectory_id, why)
                 reward, status = 0.0, SampleStatus.AGENT_VALIDATION_FAILED

@@ -199,6 +199,21 @@ def test_try_admit_never_waits_and_shares_the_limit_with_admit():
     asyncio.run(go())
 
 
+def test_an_external_source_waits_for_the_gate_counting_its_pending_groups():
+    async def go():
+        gate = StalenessGate(groups_per_step=2, max_staleness=0)   # version 0: groups 0..1
+        pending = [2]   # two groups started elsewhere, not arrived
+        waiting = asyncio.create_task(gate.wait_open(lambda: pending[0]))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        pending[0] = 0   # they arrive: counted as started, the sum is unchanged
+        gate.count_started(), gate.count_started()
+        await gate.advance(1)
+        await asyncio.wait_for(waiting, 5)
+        assert gate.started == 2   # waiting took no number
+    asyncio.run(go())
+
+
 def test_gate_with_zero_staleness_is_lockstep():
     gate = StalenessGate(groups_per_step=3, max_staleness=0, started_groups=3, version=0)
     assert not gate.allowed()

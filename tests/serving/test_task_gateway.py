@@ -217,9 +217,13 @@ def test_how_an_unfinished_job_ends(stack, fleet):
         assert scene.controller.post("/cancel", headers=session).status_code == 200
         never = scene.job(name="never")
         scene.end_job("never", "the agent exited")
-        return quits, never, scene.gateway.pop_finished(), scene.fleet.sessions()
+        stopped = scene.job(name="stopped")
+        _, state = scene.start(stopped)
+        scene.sample(stopped, state["messages"])  # stopped before it could send the turn
+        scene.end_job("stopped", "the agent was stopped")
+        return quits, never, stopped, scene.gateway.pop_finished(), scene.fleet.sessions()
 
-    quits, never, rollouts, sessions = run(stack, fleet, scenario)
+    quits, never, stopped, rollouts, sessions = run(stack, fleet, scenario)
     by_id = {r.metrics["trajectory_id"]: r for r in rollouts}
     # Cancelled after a turn: truncated (penalised in training), the environment's session gone.
     assert quits.status == by_id["quits"].status == SampleStatus.RUNNING
@@ -228,3 +232,6 @@ def test_how_an_unfinished_job_ends(stack, fleet):
     # Never started: nothing seen, masked.
     assert never.status == by_id["never"].status == SampleStatus.TASK_ERROR
     assert len(by_id["never"].tokens) == 0 and by_id["never"].metrics["group_size"] == 1
+    # Stopped between sampling a turn and sending it: truncated too, that turn kept.
+    assert stopped.status == by_id["stopped"].status == SampleStatus.RUNNING
+    assert by_id["stopped"].num_turns == 1 and "refused" not in by_id["stopped"].metrics
