@@ -13,7 +13,9 @@ grader's, through the gateway; the agent cannot give its own (docs/serving.md, "
 black-box agent"). Evaluation before and after RL still plays the test indices with the
 project's loop, so the two runs' results compare.
 
-About four minutes on a 2-core CPU once the warm start is cached (`sft.cache_dir`).
+Measured on the 2-core CPU with other jobs running (2026-12-02): 5.2 min for the whole job
+from empty caches (RL 4.3 min of it, 2 min of which the train step's compilation), 1.2 min with
+the warm start and the compilation caches filled; exit 0, three steps of two groups.
 """
 
 from __future__ import annotations
