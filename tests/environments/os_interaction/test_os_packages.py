@@ -58,6 +58,12 @@ FIX_WITH_APT, FIX_SUDOERS, NET_TOOLS = range(3)
 NO_NETWORK_SOURCE = re.compile(r"(https?|ftp)://")
 
 
+def repo_inside(image: str) -> str:
+    """Where the machines of `image` see its offline apt repository."""
+    path = str(IMAGES[image])
+    return "/" + os.path.relpath(offline_repo(path) or path, path)
+
+
 def in_machine(image: str, *scripts: str) -> list[tuple[str, str]]:
     """(stdout and stderr, exit status) of each script, one after the other in one overlay
     machine's shell."""
@@ -89,8 +95,8 @@ def test_apt_and_pip_install_and_remove_from_the_images_own_sources():
             "apt remove -y net-tools; command -v netstat || echo gone",
             "pip install requests 2>&1 && python3 -c 'import requests; print(requests.get)'",
             "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), 2)' 2>&1")
-    assert "file:/usr/share/offline-packages/apt" in sources and not NO_NETWORK_SOURCE.search(
-        sources), sources
+    repo = repo_inside("default")
+    assert f"file:{repo} ./" in sources and not NO_NETWORK_SOURCE.search(sources), sources
     assert updated == "0" and not re.search(r"^(Err|W|E):", update, re.M), update
     assert installed == "0" and "Setting up sudo" in install, install
     root, net_tools, ip, version = tools.splitlines()
@@ -101,7 +107,7 @@ def test_apt_and_pip_install_and_remove_from_the_images_own_sources():
     # What a machine does to its copy of the repository stays in it: the next machine installs
     # the same version from the image's files.
     (broken, broken_status), = in_machine(
-        "default", "rm /usr/share/offline-packages/apt/*.deb && apt update >/dev/null 2>&1; "
+        "default", f"rm {repo}/*.deb && apt update >/dev/null 2>&1; "
         "apt install -y sudo >/tmp/out 2>&1; s=$?; tail -1 /tmp/out; (exit $s)")
     (again, again_status), = in_machine(
         "default", "apt update >/dev/null 2>&1 && apt install -y sudo >/dev/null 2>&1 && "
