@@ -1,8 +1,17 @@
-"""Scripted OS-task agents: a fixed message per turn, and the task's tool calls."""
+"""Scripted OS-task agents: a fixed message per turn, and the task's tool calls; a test split of
+hand-written problems served by a real OS worker on the overlay root."""
 
 from __future__ import annotations
 
-from environments.oracle import tool_call_message
+import contextlib
+import json
+import os
+import pathlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from environments.oracle import running_worker, tool_call_message
+from environments.os_interaction.data import load_split
 
 
 class Scripted:
@@ -25,3 +34,29 @@ def answer(text: str) -> dict:
 
 def finish() -> dict:
     return tool_call_message("finish_action", {"thought": "done"})
+
+
+def write_problems(directory: pathlib.Path, problems: Sequence[dict[str, Any]]) -> pathlib.Path:
+    """`directory` as an OS data dir whose test split is `problems` (readable by the worker)."""
+    os.chmod(directory, 0o755)
+    (directory / "dev.json").write_text(json.dumps(list(problems)))
+    (directory / "train.json").write_text("[]")
+    return directory
+
+
+@contextlib.contextmanager
+def overlay_worker(data_dir: pathlib.Path) -> Iterator[str]:
+    """The API URL of a real OS worker serving `data_dir`'s test split on the overlay root."""
+    with running_worker("os_interaction", {"split": "test", "data_dir": str(data_dir),
+                                           "root": "overlay"}) as api:
+        yield api
+
+
+class Problems:
+    """The test split of `data_dir`, as the oracle reads problems."""
+
+    def __init__(self, data_dir: pathlib.Path):
+        self.problems = load_split("test", data_dir)
+
+    def problem(self, index: int):
+        return self.problems[index]

@@ -7,15 +7,13 @@ reference `example` run at grading in the agent's machine, among its processes.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from environments.oracle import play_one, running_worker
-from environments.os_interaction.data import load_split
+from environments.oracle import play_one
 from environments.os_interaction.machine import (
     Machine,
     MachineSpec,
@@ -28,7 +26,7 @@ from environments.sandbox.bwrap import PROC_MASKED_DIRS, PROC_MASKED_FILES
 from environments.sandbox.config import container_open_files
 from environments.sandbox.mounts import host_root
 from environments.sandbox.process import reachable_open_files
-from tests.support.os_agents import Scripted, answer, bash
+from tests.support.os_agents import Problems, Scripted, answer, bash, overlay_worker, write_problems
 
 IMAGE = image_path("default", default_rootfs_dir())
 pytestmark = pytest.mark.skipif(
@@ -69,26 +67,13 @@ def machine_run(*scripts: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    data = tmp_path_factory.mktemp("os_container")
-    os.chmod(data, 0o755)
-    (data / "dev.json").write_text(json.dumps(PROBLEMS))
-    (data / "train.json").write_text("[]")
-    return data
+    return write_problems(tmp_path_factory.mktemp("os_container"), PROBLEMS)
 
 
 @pytest.fixture(scope="module")
 def worker(data_dir) -> Iterator[str]:
-    with running_worker("os_interaction", {"split": "test", "data_dir": str(data_dir),
-                                           "root": "overlay"}) as api:
+    with overlay_worker(data_dir) as api:
         yield api
-
-
-class Problems:
-    def __init__(self, data_dir):
-        self.problems = load_split("test", data_dir)
-
-    def problem(self, index: int):
-        return self.problems[index]
 
 
 def replies(record) -> list[str]:

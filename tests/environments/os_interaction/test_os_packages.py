@@ -10,7 +10,6 @@ Needs host root, bwrap, cgroup v1 with the freezer, and images built with the of
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shutil
@@ -18,14 +17,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from environments.oracle import play_one, running_worker
-from environments.os_interaction.data import load_split
+from environments.oracle import play_one
 from environments.os_interaction.machine import Machine, MachineSpec, default_rootfs_dir, image_path
 from environments.os_interaction.oracle import Oracle
 from environments.sandbox import cgroup
 from environments.sandbox.mounts import host_root
 from environments.sandbox.offline_packages import offline_repo
-from tests.support.os_agents import Scripted, bash, finish
+from tests.support.os_agents import Problems, Scripted, bash, finish, overlay_worker, write_problems
 
 IMAGES = {name: image_path(name, default_rootfs_dir()) for name in ("default", "ubuntu")}
 pytestmark = pytest.mark.skipif(
@@ -131,26 +129,13 @@ def test_the_bare_image_installs_python_and_pip_from_them():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    data = tmp_path_factory.mktemp("os_packages")
-    os.chmod(data, 0o755)
-    (data / "dev.json").write_text(json.dumps(PROBLEMS))
-    (data / "train.json").write_text("[]")
-    return data
+    return write_problems(tmp_path_factory.mktemp("os_packages"), PROBLEMS)
 
 
 @pytest.fixture(scope="module")
 def worker(data_dir) -> Iterator[str]:
-    with running_worker("os_interaction", {"split": "test", "data_dir": str(data_dir),
-                                           "root": "overlay"}) as api:
+    with overlay_worker(data_dir) as api:
         yield api
-
-
-class Problems:
-    def __init__(self, data_dir):
-        self.problems = load_split("test", data_dir)
-
-    def problem(self, index: int):
-        return self.problems[index]
 
 
 @pytest.mark.parametrize("index", [FIX_WITH_APT, FIX_SUDOERS, NET_TOOLS])
