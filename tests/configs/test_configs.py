@@ -7,8 +7,6 @@ import pathlib
 import jax
 import ml_collections
 import pytest
-from absl import flags
-from ml_collections import config_flags
 
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.dataclass_config import dataclass_from
@@ -19,6 +17,7 @@ from agentrl_jax.sampling import EngineConfig, SamplingParams
 from configs.agentbench_fc import ablations
 from environments.registry import AGENTBENCH_FC
 from launch import tpu_pod
+from tests.support.config_files import load_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FOLDER = REPO / "configs" / "agentbench_fc"
@@ -28,12 +27,7 @@ MODELS = {"qwen25_3b": "qwen25", "qwen25_7b": "qwen25", "qwen25_14b": "qwen25",
 
 def load(spec: str, *overrides: str) -> ml_collections.ConfigDict:
     """The config as `launch.tpu_pod --config=SPEC OVERRIDES...` sees it."""
-    argv = ["prog", f"--config={FOLDER / spec}", *overrides]
-    values = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
-                                    sys_argv=argv)
-    values(argv)
-    return values.config
+    return load_config(FOLDER / spec, *overrides)
 
 
 def runnable(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

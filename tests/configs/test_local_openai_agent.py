@@ -4,22 +4,16 @@ served agent as the rollout source; no weights, no processes."""
 import pathlib
 
 import pytest
-from absl import flags
-from ml_collections import config_flags
 
 from configs import local_default
 from launch import local
+from tests.support.config_files import load_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def load(*overrides: str):
-    argv = ["prog", f"--config={REPO / 'configs' / 'local_openai_agent.py'}", *overrides]
-    values = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
-                                    sys_argv=argv)
-    values(argv)
-    return values.config
+    return load_config(REPO / "configs" / "local_openai_agent.py", *overrides)
 
 
 def test_the_config_trains_the_example_agent_on_db():
