@@ -1,0 +1,128 @@
+"""Where a full-depth SmolLM2 warm-start step spends its time and memory (issue #29).
+
+One SFT step (`sft.trainer.SFTTrainer`: forward, backward, AdamW) of the SmolLM2-135M shape at
+all 30 layers, on random weights and tokens, in several variants that each change one thing
+against `pruned`:
+
+    full_vocab   the model's own 49,152-entry vocabulary (`pruned` keeps `--vocab` entries, what
+                 `models/shrink.py` leaves of it for the five tasks' demonstrations)
+    remat        every block recomputed in the backward pass
+    lora         rank-16 adapters on every projection over the frozen base
+    one_row      the step's tokens as one 4,096-token row instead of four of 1,024 (attention
+                 cost grows with the row length)
+    one_demo     one 1,024-token row: what `configs/local_smollm2.py` trains per step (about
+                 one demonstration, `sft.tokens_per_step` = 1,024)
+
+Each variant runs in its own process, so its peak resident memory is its own. Reported per
+variant: the first step's seconds (compilation included), the median of the next steps,
+tokens per second, and the peak RSS. Same-run ratios against `pruned` say what each choice
+costs; the default is a few minutes on a 2-core CPU.
+
+    python -m benchmarks.warm_start_step [--vocab 4308] [--steps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROWS, LENGTH = 4, 1024
+VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length)
+    "pruned": (False, False, False, ROWS, LENGTH),
+    "full_vocab": (True, False, False, ROWS, LENGTH),
+    "remat": (False, True, False, ROWS, LENGTH),
+    "lora": (False, False, True, ROWS, LENGTH),
+    "one_row": (False, False, False, 1, ROWS * LENGTH),
+    "one_demo": (False, False, False, 1, LENGTH),
+}
+
+
+def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
+    """Builds the variant's trainer and times `steps` + 1 steps (in this process)."""
+    import jax
+    from flax import nnx
+
+    from agentrl_jax import hostmem
+    from agentrl_jax.models.decoder import Decoder
+    from agentrl_jax.rl import train_step
+    from agentrl_jax.rl.batch import Trajectory, pack
+    from agentrl_jax.sft.trainer import SFTTrainer
+    from benchmarks.train_step import SMOLLM2_135M
+    from launch.local import single_device_mesh
+
+    hostmem.keep_freed_memory()
+    full_vocab, remat, lora, rows, length = VARIANTS[name]
+    cfg = SMOLLM2_135M if full_vocab else SMOLLM2_135M.replace(vocab_size=vocab)
+    c = train_step.default_config()
+    c.update(remat=remat, seq_buckets=(length,), tokens_per_micro=rows * length)
+    c.optimizer.learning_rate = 2e-5
+    c.lora.enabled = lora
+    trainer = SFTTrainer(Decoder(cfg, rngs=nnx.Rngs(0)), c, single_device_mesh())
+    state = trainer.init_state()
+    rng = np.random.default_rng(0)
+    trajectories = [Trajectory(tokens=rng.integers(0, cfg.vocab_size, length).astype(np.int32),
+                               loss_mask=np.ones(length, np.float32),
+                               behaviour_logprobs=np.zeros(length, np.float32), advantage=1.0)
+                    for _ in range(rows)]
+    micro, num_tokens = pack(trajectories, (length,), rows * length)
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        state, metrics = trainer.step(state, micro, num_tokens)
+        jax.block_until_ready(state.params)
+        times.append(time.perf_counter() - start)
+    step_s = statistics.median(times[1:])
+    return {"first_step_s": times[0], "step_s": step_s, "tokens_per_s": rows * length / step_s,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+            "vocab_size": cfg.vocab_size, "tokens": rows * length,
+            "loss_finite": bool(np.isfinite(metrics["loss"]))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=4308,
+                        help="the pruned vocabulary's size (models/shrink.py on the demos)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after the first")
+    parser.add_argument("--variant", help="run one variant here and print its JSON (internal)")
+    parser.add_argument("--only", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    args = parser.parse_args()
+    if args.variant:
+        print(json.dumps(run_variant(args.variant, args.vocab, args.steps)))
+        return
+
+    from benchmarks.machine_info import write_result
+
+    figures: dict[str, object] = {"vocab_pruned": args.vocab, "steps": args.steps}
+    for name in args.only:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.warm_start_step",
+                               "--variant", name, "--vocab", str(args.vocab),
+                               "--steps", str(args.steps)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"variant {name} failed:\n{done.stderr[-3000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        for key, value in result.items():
+            figures[f"{name}_{key}"] = value
+        print(f"{name:>10}: {result['step_s']:6.1f} s/step ({result['tokens']} tokens, "
+              f"{result['tokens_per_s']:5.0f} tok/s), first step {result['first_step_s']:5.1f} s, "
+              f"peak RSS {result['peak_rss_gb']:4.1f} GB", flush=True)
+    if "pruned" in args.only:
+        base = figures["pruned_step_s"]
+        for name in args.only:
+            if name != "pruned":
+                # per-token time of the variant against `pruned` (>1: the variant is slower)
+                figures[f"{name}_vs_pruned_time_per_token"] = (
+                    figures[f"{name}_step_s"] / figures[f"{name}_tokens"]
+                    / (base / figures["pruned_tokens"]))
+    write_result("warm_start_step", figures)
+
+
+if __name__ == "__main__":
+    main()
