@@ -207,21 +207,20 @@ class SandboxInstance:
             if filter_fd is not None:
                 os.close(filter_fd)
 
-    def process_share(self) -> float:
-        """The fraction of its process limit the sandbox holds now (0.0 when unknown)."""
-        limit = self.config.limits.processes
-        if self.uid is None or not limit:
-            return 0.0
+    def process_count(self) -> int | None:
+        """The processes the sandbox holds now (None: no uid or no process limit to count
+        against)."""
+        if self.uid is None or not self.config.limits.processes:
+            return None
         # A sandbox with users: all its uids' processes, in its pids cgroup (threads count too).
-        count = (self.cgroup.process_count() if self.config.uid_block and self.cgroup
-                 else count_processes(self.uid))
-        return count / limit
+        return (self.cgroup.process_count() if self.config.uid_block and self.cgroup
+                else count_processes(self.uid))
 
     def at_process_limit(self) -> bool:
         """Whether the sandbox's uid holds (nearly) all the processes it may (None uid: unknown)."""
-        limit = self.config.limits.processes
+        count = self.process_count()
         # -2: fork errors make the count dip
-        return bool(limit) and self.process_share() >= (limit - 2) / limit
+        return count is not None and count >= self.config.limits.processes - 2
 
     def close(self) -> None:
         """Deletes the private layer and the cgroups, returns the uid. Kill the processes first."""
@@ -269,8 +268,12 @@ class ProcessLimitWatch:
         while its children fork on; the command then ends with the sandbox not quite full.
         An EAGAIN in its stderr and half the process budget still running behind it say so.
         """
-        return mentions_eagain(stderr) and (
-            hit_process_limit(stderr) or self._instance.process_share() >= _LEFT_RUNNING_SHARE)
+        if not mentions_eagain(stderr):
+            return False
+        count = self._instance.process_count()
+        return hit_process_limit(stderr) or (
+            count is not None
+            and count >= _LEFT_RUNNING_SHARE * self._instance.config.limits.processes)
 
 
 def _check_world_readable(path: str) -> None:
