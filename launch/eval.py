@@ -26,8 +26,9 @@ the held-out slice of the train split that RL never draws (its first `demos.per_
 the demonstrations', excluded). Each index is played `eval.runs` times at `eval.temperature`
 (AgentRL: k=3, T=0.8); `out` receives `NAME.json` (per task: success and score per pass,
 mean ± std, the success rate's 95% interval, termination fractions, every episode's outcome by
-index; the average over tasks; the settings) and `NAME.md` (the table of the AgentRL paper's
-Table 7 layout). Task names: `db` means the controller's `db-test` (the registry's task key,
+index; the average over tasks; the settings), `NAME.md` (the table of the AgentRL paper's
+Table 7 layout) and `NAME_episodes.jsonl` (every episode's transcript, `evaluation/transcripts.py`).
+Task names: `db` means the controller's `db-test` (the registry's task key,
 with `eval.split=test`); a name the controller knows as it is (e.g. AgentRL's `dbbench-std`)
 is used unchanged.
 """
@@ -54,6 +55,7 @@ from agentrl_jax import compile_cache
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, protocol
+from agentrl_jax.evaluation.transcripts import TranscriptLog
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.rollout.record import Rollout
@@ -350,6 +352,7 @@ def run_eval(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
     started = time.monotonic()
     errors = ErrorLog()
+    transcripts = TranscriptLog()
     with contextlib.ExitStack() as stack:
         url = config.env.controller_url or start_test_fleet(
             tasks, split, stack, sandbox=config.env.sandbox,
@@ -369,6 +372,7 @@ def run_eval(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
         def on_episode(rollout: Rollout) -> None:
             errors(rollout)
+            transcripts(rollout)
             bar.update(1)
 
         async def evaluate() -> dict[str, agentbench.TaskResult]:
@@ -382,7 +386,8 @@ def run_eval(config: ml_collections.ConfigDict) -> dict[str, Any]:
         results = asyncio.run(evaluate())
     settings["seconds"] = round(time.monotonic() - started, 1)
     path, table = write_results(results, out, settings, config.name, errors.reasons)
-    print("\n" + table + f"\nwrote {path} and {path.with_suffix('.md')}")
+    episodes = transcripts.write(out, config.name)
+    print("\n" + table + f"\nwrote {path}, {path.with_suffix('.md')} and {episodes}")
     return json.loads(path.read_text())
 
 

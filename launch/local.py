@@ -56,6 +56,7 @@ from agentrl_jax import compile_cache, hostmem
 from agentrl_jax.cache_dirs import cache_root
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, copy_probe, first_call, protocol
+from agentrl_jax.evaluation.transcripts import TranscriptLog
 from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
@@ -234,7 +235,7 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
     rl.sampling.temperature = config.eval.temperature
     agent = rl_stage.agent_spec(rl, policy)
     bar = tqdm(desc=name, unit="episode")
-    episodes = []
+    transcripts = TranscriptLog()
 
     def on_start(total: int) -> None:
         bar.total = total
@@ -242,9 +243,7 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
 
     def on_episode(rollout) -> None:
         bar.update(1)
-        episodes.append({"task": rollout.task, "index": rollout.index, "reward": rollout.reward,
-                         "status": str(rollout.status), "turns": rollout.num_turns,
-                         "messages": rollout.messages})
+        transcripts(rollout)
 
     results = await agentbench.evaluate(
         client, engine, agent, evaluated_tasks(config, subset),
@@ -253,10 +252,8 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
         on_start=on_start, on_episode=on_episode)
     bar.close()
     print(agentbench.write(results, run.path, name))
-    with open(run.path / f"{name}_episodes.jsonl", "w") as f:   # transcripts, to read why
-        for episode in sorted(episodes, key=lambda e: (e["task"], str(e["index"]))):
-            f.write(json.dumps(episode, default=str) + "\n")
-    write_first_calls(run, name, episodes)
+    transcripts.write(run.path, name)
+    write_first_calls(run, name, transcripts.episodes)
     return agentbench.to_json(results)
 
 

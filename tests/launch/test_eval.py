@@ -323,3 +323,9 @@ def test_cli_evaluates_a_run_checkpoint_end_to_end(tiny_run, tmp_path):
     assert sorted({o["index"] for o in db["outcomes"]}) == [65, 195]
     assert "| db-test | 4 |" in (out / "eval.md").read_text()
     assert (out / "logs").is_dir()
+    # Every episode's transcript, in task and index order, ending as eval.json says it did.
+    episodes = [json.loads(line) for line in (out / "eval_episodes.jsonl").read_text().splitlines()]
+    assert [e["index"] for e in episodes] == [65, 65, 195, 195]
+    assert all(e["messages"] and e["messages"][0]["role"] in ("system", "user") for e in episodes)
+    assert (sorted(e["reward"] for e in episodes)
+            == sorted(o["score"] for o in db["outcomes"]))
