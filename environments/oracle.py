@@ -37,13 +37,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from agentrl_jax import episode
+from agentrl_jax.controller.client import ControllerClient, ControllerRequestError
 from agentrl_jax.evaluation import protocol
 from environments.registry import load_task
 from environments.worker.__main__ import task_params
@@ -150,9 +151,12 @@ def tool_call_message(name: str, arguments: dict[str, Any] | str, content: str =
 
 
 def play_one(api: str, agent: Any, index: Any, session_id: int = 1,
-             max_turns: int = 64) -> EpisodeRecord:
-    """Plays one episode synchronously (for tests and notebooks)."""
+             max_turns: int = 64, name: str | None = None) -> EpisodeRecord:
+    """Plays one episode synchronously (for tests and notebooks); `name`: as for `play_all`."""
     async def run() -> EpisodeRecord:
+        if name is not None:
+            async with ControllerClient(api, timeout_s=900.0, start_jitter_s=0.0) as controller:
+                return await play_controller_episode(controller, name, agent, index, max_turns)
         async with httpx.AsyncClient(timeout=httpx.Timeout(900.0)) as client:
             return await play_episode(client, api, agent, index, session_id, max_turns)
     return asyncio.run(run())
@@ -161,13 +165,64 @@ def play_one(api: str, agent: Any, index: Any, session_id: int = 1,
 async def play_episode(client: httpx.AsyncClient, api: str, oracle: Any, index: Any,
                        session_id: int, max_turns: int = 64) -> EpisodeRecord:
     """Plays one episode of `oracle` against the worker at `api`; never raises."""
-    history: list[dict[str, Any]] = []
-    tools = None
-    try:
+    async def start() -> dict[str, Any]:
         response = await client.post(f"{api}/start_sample",
                                      json={"index": index, "session_id": session_id})
         response.raise_for_status()
-        out = response.json()
+        return response.json()
+
+    async def step(message: dict[str, Any]) -> dict[str, Any]:
+        response = await client.post(f"{api}/interact",
+                                     json={"session_id": session_id, "messages": [message]})
+        response.raise_for_status()
+        return response.json()["env_out"]
+
+    async def cancel() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            await client.post(f"{api}/cancel", json={"session_id": session_id})
+
+    return await _play(start, step, cancel, oracle, index, max_turns)
+
+
+async def play_controller_episode(controller: ControllerClient, name: str, agent: Any,
+                                  index: Any, max_turns: int = 64) -> EpisodeRecord:
+    """Plays one episode of `agent` on task `name` (e.g. `os_interaction-train`) through a
+    controller, as the trainer's rollouts do; never raises.
+
+    A worker registered with a controller must be played this way: the controller cancels, on
+    that worker, the sessions it did not start (`reconcile`, every `sync_interval_s`)."""
+    session: list[int] = []
+
+    async def start() -> dict[str, Any]:
+        started = await controller.start_sample(name, index)
+        session.append(started.session_id)
+        return {"messages": started.messages, "tools": started.tools, "finish": started.finish,
+                "status": started.status.value, "reward": started.reward,
+                "metric": started.metrics}
+
+    async def step(message: dict[str, Any]) -> dict[str, Any]:
+        out = await controller.interact(session[0], [message])
+        return {"messages": out.messages, "finish": out.finish, "status": out.status.value,
+                "reward": out.reward, "metric": out.metrics}
+
+    async def cancel() -> None:
+        if session:
+            with contextlib.suppress(httpx.HTTPError, ControllerRequestError):
+                await controller.cancel(session[0])
+
+    return await _play(start, step, cancel, agent, index, max_turns)
+
+
+async def _play(start: Callable[[], Awaitable[dict[str, Any]]],
+                step: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+                cancel: Callable[[], Awaitable[None]], oracle: Any, index: Any,
+                max_turns: int) -> EpisodeRecord:
+    """The episode loop: `start()` and `step(message)` answer in the worker API's `env_out`
+    shape (`messages`, `finish`, `status`, `reward`, `metric`); never raises."""
+    history: list[dict[str, Any]] = []
+    tools = None
+    try:
+        out = await start()
         tools = out.get("tools")
         for _ in range(max_turns):
             history.extend(out.get("messages") or [])
@@ -177,35 +232,41 @@ async def play_episode(client: httpx.AsyncClient, api: str, oracle: Any, index: 
                                      out.get("metric") or {})
             message = oracle.next_message(index, history)
             history.append(message)
-            response = await client.post(f"{api}/interact",
-                                         json={"session_id": session_id, "messages": [message]})
-            response.raise_for_status()
-            out = response.json()["env_out"]
-        with contextlib.suppress(httpx.HTTPError):
-            await client.post(f"{api}/cancel", json={"session_id": session_id})
+            out = await step(message)
+        await cancel()
         return EpisodeRecord(index, UNKNOWN, 0.0, history, tools, {},
                              error=f"oracle did not finish within {max_turns} turns")
     except Exception as error:  # one broken episode must not end the run
-        with contextlib.suppress(httpx.HTTPError):
-            await client.post(f"{api}/cancel", json={"session_id": session_id})
+        await cancel()
         return EpisodeRecord(index, UNKNOWN, 0.0, history, tools, {},
                              error=f"{type(error).__name__}: {error}")
 
 
 async def play_all(api: str, oracle: Any, indices: list[Any], concurrency: int,
-                   progress: bool = True) -> list[EpisodeRecord]:
-    """Plays every index with at most `concurrency` episodes in flight; keeps index order."""
+                   progress: bool = True, name: str | None = None) -> list[EpisodeRecord]:
+    """Plays every index with at most `concurrency` episodes in flight; keeps index order.
+
+    With `name`, `api` is a controller's and the episodes are its task `name`'s
+    (`play_controller_episode`); else `api` is a worker's."""
     semaphore = asyncio.Semaphore(concurrency)
     records: list[EpisodeRecord | None] = [None] * len(indices)
     done = 0
     limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(900.0), limits=limits) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        if name is None:
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(timeout=httpx.Timeout(900.0), limits=limits))
+        else:
+            controller = await stack.enter_async_context(ControllerClient(
+                api, timeout_s=900.0, start_jitter_s=0.0, max_connections=concurrency + 4))
 
         async def one(position: int, index: Any) -> None:
             nonlocal done
             async with semaphore:
-                records[position] = await play_episode(client, api, oracle, index,
-                                                       session_id=position + 1)
+                records[position] = await (
+                    play_episode(client, api, oracle, index, session_id=position + 1)
+                    if name is None else
+                    play_controller_episode(controller, name, oracle, index))
             done += 1
             if progress and (done % 25 == 0 or done == len(indices)):
                 wins = sum(r.success for r in records if r is not None)

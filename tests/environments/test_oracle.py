@@ -1,12 +1,17 @@
-"""The oracle runner: a worker subprocess, the oracle over HTTP, results JSON and exports."""
+"""The oracle runner: a worker subprocess, the oracle over HTTP (a worker's or a controller's),
+results JSON and exports."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+
+import httpx
 
 from agentrl_jax.evaluation import protocol
 from environments import oracle
 from environments.registry import load_task
+from launch.env_fleet import start_task_fleet
 
 
 def test_runner_plays_the_db_oracle_and_writes_results(tmp_path, capsys):
@@ -56,3 +61,22 @@ def test_failures_are_recorded_with_reasons():
     assert [f["index"] for f in summary["failures"]] == [1, 2]
     assert "bad answer" in summary["failures"][0]["reason"]
     assert summary["failures"][1]["reason"] == "ConnectError: x"
+
+
+def test_the_oracle_plays_through_a_controller(tmp_path):
+    """As the trainer's rollouts do: a fleet's controller, the task's name, its sessions."""
+    task = load_task("db", split="test")
+    with start_task_fleet(["db"], ["test"], sandbox=False, concurrency=4,
+                          log_dir=tmp_path) as fleet:
+        records = asyncio.run(oracle.play_all(fleet.url, oracle.load_oracle("db", task),
+                                              list(range(6)), 3, name="db-test"))
+        one = oracle.play_one(fleet.url, oracle.load_oracle("db", task), 7, name="db-test")
+        missing = oracle.play_one(fleet.url, oracle.load_oracle("db", task), 0, name="db-nope")
+        sessions = httpx.get(fleet.url + "/list_sessions", timeout=10).json()
+    assert [(r.index, r.status, r.reward) for r in records] == [
+        (i, "completed", 1.0) for i in range(6)]
+    assert records[0].messages[0]["role"] == "system" and records[0].tools
+    assert (one.status, one.reward) == ("completed", 1.0)
+    assert not missing.success and "controller answered" in missing.error
+    assert len(sessions) == 7   # ended, not yet collected: every one the controller started
+    assert {s["status"] for s in sessions} == {"completed"}
