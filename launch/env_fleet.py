@@ -309,8 +309,12 @@ def task_worker_placements(tasks: Sequence[str], sandbox: bool,
 def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bool = True,
                      concurrency: int = 64, log_dir: pathlib.Path | None = None,
                      idle_timeout_s: float = RUN_IDLE_TIMEOUT_S,
-                     allow_root_fallback: bool = False) -> EnvFleet:
+                     allow_root_fallback: bool = False, params: Sequence[str] = ()
+                     ) -> EnvFleet:
     """A controller and one worker per (task, split), registered as `TASK-SPLIT` and alive.
+
+    `params` (`KEY=VALUE`) go to every worker after the split and before its placement's own
+    (tests: a task's data elsewhere).
 
     Start it from the thread that outlives it and before JAX starts its threads (workers are
     forked); close it (it is a context manager) to stop every process. Raises NeedsHostRoot
@@ -322,7 +326,8 @@ def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bo
     try:
         fleet.add_workers([dict(task=task, concurrency=concurrency, idle_timeout=idle_timeout_s,
                                 **{**placements[task],
-                                   "params": [f"split={split}", *placements[task]["params"]]})
+                                   "params": [f"split={split}", *params,
+                                              *placements[task]["params"]]})
                            for task in tasks for split in splits])
         names = {task_key(task, split) for task in tasks for split in splits}
         fleet.wait_until(lambda listing: names <= {
