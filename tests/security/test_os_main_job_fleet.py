@@ -17,6 +17,7 @@ import pytest
 from os_attack_support import Scripted, answer, bash, needs_root_sandbox, replies
 
 from environments.oracle import play_one
+from environments.registry import task_key
 from environments.sandbox import cgroup
 from launch.env_fleet import start_task_fleet
 
@@ -72,7 +73,8 @@ def test_machines_get_the_overlay_root_cgroups_and_a_byte_quota(fleet):
              "du -cm /root/f* | tail -1"),
         bash("rm /root/f*; mkdir /working && echo written > /usr/written && cat /usr/written"),
         answer("done"))
-    record = play_one(worker.url, agent, 0)
+    # Through the controller, as the main job plays (it cancels sessions it did not start).
+    record = play_one(fleet.url, agent, 0, name=task_key("os_interaction", "test"))
     fill, write = replies(record)[:2]
     written = re.search(r"(\d+)\s+total", fill)
     assert "No space left on device" in fill and int(written.group(1)) <= MACHINE_DISK_MB, fill
