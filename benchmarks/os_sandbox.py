@@ -8,7 +8,9 @@ Runs as host root with the default image (scripts/setup.sh). In the same run, ba
   * a neighbour: while one machine spins, another machine runs 20 `echo`s; the mean round trip
     with the spinner unbounded and bounded, and their ratio;
   * start-up: the mean time to start a machine and run its first command, with the seeded root
-    (the image read-only, writable copies of /etc, /var, ...) and with the copy-on-write overlay.
+    (the image read-only, writable copies of /etc, /var, ...) and with the copy-on-write overlay;
+    and the overlay's where the main job's fleet runs the OS worker: a process of its own in a
+    private mount namespace (`launch.env_fleet.PRIVATE_MOUNTS`, `task_worker_placements`).
 Figures on a shared machine are only meaningful as same-run ratios; the load is recorded.
 """
 
@@ -19,12 +21,15 @@ import asyncio
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from benchmarks.machine_info import RESULTS_DIR, machine_info
 from environments.os_interaction.machine import COMMAND_TIMEOUT_S, Machine, MachineSpec
 from environments.sandbox import Limits
+from launch.env_fleet import PRIVATE_MOUNTS, REPO_ROOT
 
 IMAGE = str(Path(os.environ.get("AGENTRL_ROOTFS_CACHE", "/var/cache/agentrl_jax/rootfs"))
             / "default")
@@ -67,10 +72,19 @@ async def start_time(root: str, n: int = 5) -> float:
     return (time.perf_counter() - start) / n
 
 
+def start_time_in_fleet_placement(root: str) -> float:
+    """`start_time(root)` in a process placed as the main job's fleet places the OS worker."""
+    done = subprocess.run([*PRIVATE_MOUNTS, sys.executable, "-m", "benchmarks.os_sandbox",
+                           "--start-time", root], cwd=REPO_ROOT, check=True,
+                          capture_output=True, text=True)
+    return float(done.stdout.split()[-1])
+
+
 async def measure() -> dict[str, float]:
     free_cpu, free_probe = await spin_and_probe(None)
     bounded_cpu, bounded_probe = await spin_and_probe(0.5)
     seeded, overlay = await start_time("seeded"), await start_time("overlay")
+    in_fleet = start_time_in_fleet_placement("overlay")
     return {
         "spin_cpu_seconds_baseline": round(free_cpu, 3),
         "spin_cpu_seconds_ours": round(bounded_cpu, 3),
@@ -82,13 +96,19 @@ async def measure() -> dict[str, float]:
         "machine_start_s_seeded": round(seeded, 3),
         "machine_start_s_overlay": round(overlay, 3),
         "machine_start_ratio": round(overlay / seeded, 3),
+        "machine_start_s_overlay_fleet_placement": round(in_fleet, 3),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "os_sandbox.json")
+    parser.add_argument("--start-time", choices=("seeded", "overlay"), default=None,
+                        help="only print the mean machine start time with this root")
     args = parser.parse_args()
+    if args.start_time is not None:
+        print(asyncio.run(start_time(args.start_time)))
+        return
     load = os.getloadavg()[0]
     figures = asyncio.run(measure())
     result = {**figures, "load_1min_before": round(load, 2),
