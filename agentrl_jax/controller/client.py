@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from agentrl_jax import stage_clock
 from agentrl_jax.controller.wire import (
     SESSION_ID_HEADER,
     InteractResponse,
@@ -89,10 +90,12 @@ class ControllerClient:
         body = {"name": name, "index": index, "custom_task": custom_task}
         for attempt in range(self.start_retries + 1):
             if self.start_jitter_s > 0:
-                await asyncio.sleep(self._rng.uniform(0, self.start_jitter_s))
+                with stage_clock.span("start_jitter"):
+                    await asyncio.sleep(self._rng.uniform(0, self.start_jitter_s))
             last_attempt = attempt == self.start_retries
             try:
-                response = await self._http.post("/start_sample", json=body)
+                with stage_clock.span("env_wait"):
+                    response = await self._http.post("/start_sample", json=body)
             except httpx.TransportError:
                 if last_attempt:
                     raise
@@ -110,8 +113,9 @@ class ControllerClient:
         raise AssertionError("unreachable")
 
     async def interact(self, session_id: int, messages: list[Message]) -> StepResult:
-        response = await self._http.post("/interact", json={"messages": messages},
-                                         headers={SESSION_ID_HEADER: str(session_id)})
+        with stage_clock.span("env_wait"):
+            response = await self._http.post("/interact", json={"messages": messages},
+                                             headers={SESSION_ID_HEADER: str(session_id)})
         self._check(response)
         parsed = InteractResponse.model_validate_json(response.content)
         return StepResult(finish=parsed.finish, reward=parsed.reward,
@@ -119,8 +123,10 @@ class ControllerClient:
                           metrics=parsed.metrics)
 
     async def cancel(self, session_id: int) -> None:
-        self._check(await self._http.post("/cancel",
-                                          headers={SESSION_ID_HEADER: str(session_id)}))
+        with stage_clock.span("env_wait"):
+            response = await self._http.post("/cancel",
+                                             headers={SESSION_ID_HEADER: str(session_id)})
+        self._check(response)
 
     # ------------------------------------------------------------------ fleet
 

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentrl_jax import stage_clock
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.logprobs import token_logprobs
 
@@ -105,7 +106,9 @@ def probe_vocab(vocab_size: int, special_ids: set[int] | frozenset[int] = frozen
 
 def run_probe(model: Decoder, vocab: tuple[int, int], **batch_args) -> dict[str, float]:
     """The probe's figures for `model`: `copy_probe_nll`, and `copy_probe_ln_v` (chance)."""
-    batch = probe_batch(vocab, **batch_args)
-    return {"copy_probe_nll": round(copy_nll(decoder_log_probs(model, batch.tokens), batch), 4),
-            "copy_probe_ln_v": round(math.log(model.cfg.vocab_size), 4)}
+    with stage_clock.span("eval_bookkeeping"):
+        batch = probe_batch(vocab, **batch_args)
+        return {"copy_probe_nll": round(copy_nll(decoder_log_probs(model, batch.tokens), batch),
+                                        4),
+                "copy_probe_ln_v": round(math.log(model.cfg.vocab_size), 4)}
 

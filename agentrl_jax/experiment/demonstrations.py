@@ -16,6 +16,7 @@ import pathlib
 import subprocess
 import sys
 
+from agentrl_jax import stage_clock
 from agentrl_jax.cache_dirs import cache_root
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ def oracle_demos(task: str, split: str = "train", limit: int = 100,
             "--spread", str(limit), "--export", str(partial), "--output", str(summary)]
     log = (open(log_dir / f"oracle_{task}.log", "w") if log_dir
            else contextlib.nullcontext(subprocess.DEVNULL))
-    with log as stdout:
+    with log as stdout, stage_clock.span("env_wait"):
         done = subprocess.run(argv, cwd=REPO_ROOT, stdout=stdout, stderr=subprocess.STDOUT)
     summary.unlink(missing_ok=True)
     if done.returncode != 0 or not partial.exists():

@@ -18,6 +18,7 @@ import ml_collections
 from flax import nnx
 from jax.sharding import Mesh
 
+from agentrl_jax import stage_clock
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 
@@ -107,6 +108,7 @@ def save_policy(policy: Policy, directory: str | pathlib.Path) -> pathlib.Path:
     from agentrl_jax.models.hf_io import save_hf
 
     directory = pathlib.Path(directory)
-    save_hf(policy.model, directory)
-    policy.tokenizer.save_pretrained(directory)
+    with stage_clock.span("checkpoint"):
+        save_hf(policy.model, directory)
+        policy.tokenizer.save_pretrained(directory)
     return directory

@@ -44,7 +44,7 @@ from typing import Any
 
 import ml_collections
 
-from agentrl_jax import episode
+from agentrl_jax import episode, stage_clock
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.data import TaskStream
 from agentrl_jax.pipeline import curriculum
@@ -287,12 +287,13 @@ class RLPipeline:
                             stale_every: int | None) -> tuple[list[str], int]:
         """The policies updated and the bytes of the one update they all received (the
         sampler-layout weights, or with LoRA the adapters: the `sync_bytes` metric)."""
-        if self.weights_fn is not None:
-            weights = await asyncio.to_thread(self.weights_fn, state, version)
-        else:
-            weights = snapshot(self.trainer, state)
-        updated = await sync_weights(self.engine, self.trainer, state, version,
-                                     stale_every=stale_every, hub=self.hub, weights=weights)
+        with stage_clock.span("transfer"):
+            if self.weights_fn is not None:
+                weights = await asyncio.to_thread(self.weights_fn, state, version)
+            else:
+                weights = snapshot(self.trainer, state)
+            updated = await sync_weights(self.engine, self.trainer, state, version,
+                                         stale_every=stale_every, hub=self.hub, weights=weights)
         return updated, weights_nbytes(weights)
 
     def _stale_every(self) -> int | None:

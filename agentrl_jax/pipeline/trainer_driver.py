@@ -44,6 +44,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agentrl_jax import stage_clock
 from agentrl_jax.checkpoint import CheckpointManager
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline import multihost
@@ -245,7 +246,8 @@ class TrainerDriver:
 
     def finish(self, state: TrainState) -> Any:
         """The final parameters as host arrays (trainable tree: with LoRA, the adapters)."""
-        return jax.device_get(state.params)
+        with stage_clock.span("transfer"):
+            return jax.device_get(state.params)
 
     def done(self) -> None:
         """Called once the run's work on this process is over (evaluation, export)."""
@@ -256,7 +258,8 @@ class TrainerDriver:
         return self._trainer.step(state, micro_batches, num_loss_tokens)
 
     def _do_save(self, step: int, state: TrainState, bookkeeping: dict[str, Any]) -> None:
-        self._ckpt.save(step, state, bookkeeping=bookkeeping, force=True)
+        with stage_clock.span("checkpoint"):
+            self._ckpt.save(step, state, bookkeeping=bookkeeping, force=True)
 
 
 LocalDriver = TrainerDriver  # one process: the base class is the local implementation

@@ -35,6 +35,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agentrl_jax import stage_clock
 from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.models.config import PROJECTIONS, LoraConfig
 from agentrl_jax.models.decoder import Decoder, LoraParam
@@ -346,6 +347,7 @@ class Trainer:
         self, state: TrainState, micro_batches: list[TrainBatch], num_loss_tokens: float
     ) -> tuple[TrainState, dict[str, float]]:
         """One optimizer step over all micro-batches; `state` is consumed (donated)."""
-        grads, metrics = self.gradients(state.params, micro_batches, num_loss_tokens)
-        state, apply_metrics = self._apply(state, grads)
-        return state, {k: float(v) for k, v in {**metrics, **apply_metrics}.items()}
+        with stage_clock.span("train_step"):   # ends with the metrics on the host: synced
+            grads, metrics = self.gradients(state.params, micro_batches, num_loss_tokens)
+            state, apply_metrics = self._apply(state, grads)
+            return state, {k: float(v) for k, v in {**metrics, **apply_metrics}.items()}

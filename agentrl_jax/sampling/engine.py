@@ -57,6 +57,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agentrl_jax import stage_clock
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.sampling.forward import POOL_AXES, KVPool
@@ -266,12 +267,16 @@ class SamplingEngine:
 
         A copy: the caller may go on updating (or donating) its own arrays.
         """
-        if isinstance(params, nnx.State):
-            params = nnx.merge(self._graphdef, params)
-        weights = weights_of(params) if isinstance(params, Decoder) else params
-        if self._weight_shardings is not None:
-            weights = jax.device_put(weights, self._weight_shardings)
-        return self._split(weights)
+        with stage_clock.span("transfer"):
+            if isinstance(params, nnx.State):
+                params = nnx.merge(self._graphdef, params)
+            weights = weights_of(params) if isinstance(params, Decoder) else params
+            if self._weight_shardings is not None:
+                weights = jax.device_put(weights, self._weight_shardings)
+            weights = self._split(weights)
+            if stage_clock.enabled():   # timed to its end, not to its dispatch
+                jax.block_until_ready(weights)
+            return weights
 
     def update_params(
         self, params: Decoder | nnx.State | Weights, version: int, policy: str = "current"
@@ -404,8 +409,13 @@ class SamplingEngine:
             groups[id(turn.policy)].append(turn)
         for turns in groups.values():
             self._decode_chunk(turns)
+        end = time.perf_counter()
         self.stats["prefill_seconds"] += middle - start
-        self.stats["decode_seconds"] += time.perf_counter() - middle
+        self.stats["decode_seconds"] += end - middle
+        if admitted:
+            stage_clock.record("prefill", start, middle)
+        if groups:
+            stage_clock.record("decode", middle, end)
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerationResult]:
         """Synchronous convenience: runs `requests` to completion, results in order."""

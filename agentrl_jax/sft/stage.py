@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from agentrl_jax import stage_clock
 from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rl import train_step
@@ -113,7 +114,8 @@ def run_sft(
         metrics["demo_tokens"] = float(sum(lengths[i] for i in members))
         if on_step is not None:
             on_step(k, len(steps), metrics)
-    trained = trainer.model(jax.device_get(state.params))
+    with stage_clock.span("transfer"):
+        trained = trainer.model(jax.device_get(state.params))
     if model.cfg.lora is None:
         trained = lora_lib.merged(trained)
     nnx.update(model, nnx.state(trained))
