@@ -52,7 +52,7 @@ from jax.sharding import Mesh
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from agentrl_jax import compile_cache, hostmem
+from agentrl_jax import compile_cache, hostmem, stage_clock
 from agentrl_jax.cache_dirs import cache_root
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, copy_probe, first_call, protocol
@@ -100,6 +100,7 @@ class RunDir:
         stages[stage] = {"finished": time.time(), "seconds": round(now - self._last_mark, 1),
                          **info}
         self._last_mark = now
+        stage_clock.mark(stage)
         tmp = self._stages_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(stages, indent=1) + "\n")
         tmp.replace(self._stages_file)   # atomic: a kill never leaves a torn file
@@ -127,9 +128,10 @@ def start_environments(env: ml_collections.ConfigDict, run: RunDir, stack: conte
     splits = (env.train_split, env.test_split)
     print(f"environments: starting {len(env.tasks) * len(splits)} workers"
           f"{' (sandboxed)' if env.sandbox else ''}; logs in {run.path / 'logs'}")
-    fleet = stack.enter_context(start_task_fleet(
-        env.tasks, splits, sandbox=env.sandbox, concurrency=env.concurrency,
-        log_dir=run.path / "logs", allow_root_fallback=env.allow_root_fallback))
+    with stage_clock.span("env_wait"):
+        fleet = stack.enter_context(start_task_fleet(
+            env.tasks, splits, sandbox=env.sandbox, concurrency=env.concurrency,
+            log_dir=run.path / "logs", allow_root_fallback=env.allow_root_fallback))
     (run.path / "fleet.json").write_text(json.dumps({
         "controller": {"url": fleet.url, "pid": fleet.controller.process.pid},
         "workers": [{"argv": w.argv, "url": w.url, "pid": w.process.pid}
@@ -149,7 +151,9 @@ def prepare_task_data(config: ml_collections.ConfigDict, run: RunDir) -> None:
     """Builds every task's data cache for the splits the workers will serve."""
     from launch.env_fleet import prepare_task_data as prepare
 
-    prepare(config.env.tasks, (config.env.train_split, config.env.test_split), run.path / "logs")
+    with stage_clock.span("env_wait"):
+        prepare(config.env.tasks, (config.env.train_split, config.env.test_split),
+                run.path / "logs")
 
 
 def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) -> str:
@@ -242,8 +246,9 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
         bar.refresh()
 
     def on_episode(rollout) -> None:
-        bar.update(1)
-        transcripts(rollout)
+        with stage_clock.span("eval_bookkeeping"):
+            bar.update(1)
+            transcripts(rollout)
 
     results = await agentbench.evaluate(
         client, engine, agent, evaluated_tasks(config, subset),
@@ -251,10 +256,11 @@ async def evaluate(config, policy, engine, client, name: str, run: RunDir,
         runs=config.eval.runs, concurrency=config.eval.concurrency, seed=config.seed,
         on_start=on_start, on_episode=on_episode)
     bar.close()
-    print(agentbench.write(results, run.path, name))
-    transcripts.write(run.path, name)
-    write_first_calls(run, name, transcripts.episodes)
-    return agentbench.to_json(results)
+    with stage_clock.span("eval_bookkeeping"):
+        print(agentbench.write(results, run.path, name))
+        transcripts.write(run.path, name)
+        write_first_calls(run, name, transcripts.episodes)
+        return agentbench.to_json(results)
 
 
 def _task_of(key: str) -> str:
