@@ -16,6 +16,12 @@ processes that run a few shapes: the CPU main job (`launch.local`) and the train
 call it. The arena limit only binds threads that have not allocated yet, so it must run before
 JAX starts its CPU client's threads (before the first array or device query).
 Set AGENTRL_JAX_KEEP_FREED_MEMORY=0 to leave malloc as it is even there.
+
+`release_freed_memory()` ends it: large blocks are mmapped and returned on free again, the top
+of the heap is trimmed again, and what the heap holds free now goes back to the kernel
+(`malloc_trim`). The main job calls it once its warm start is over, before the sampler starts:
+a sampler runs many shapes (prefill, context and batch buckets), so a kept heap only grows
+there, to 22 GB in a full-depth SmolLM2 job.
 """
 
 from __future__ import annotations
@@ -26,8 +32,15 @@ import platform
 
 # mallopt parameters (glibc malloc.h)
 _M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
+# After release: glibc's defaults for the mmap count; for the thresholds, where glibc's own
+# dynamic rule settles on 64-bit (the mmap threshold rises to at most 32 MiB, the trim threshold
+# follows at twice it). Setting any of them turns that rule off, so they are set explicitly.
+_DEFAULT_MMAP_MAX = 65536
+_RELEASED_MMAP_THRESHOLD = 32 * 2**20
+_RELEASED_TRIM_THRESHOLD = 2 * _RELEASED_MMAP_THRESHOLD
 
 _applied = False
 
@@ -50,3 +63,18 @@ def keep_freed_memory() -> bool:
     ok &= libc.mallopt(_M_TRIM_THRESHOLD, -1) == 1  # -1: never trim
     _applied = bool(ok)
     return _applied
+
+
+def release_freed_memory() -> bool:
+    """Undoes `keep_freed_memory` (but for the one arena) and hands the free heap back to the
+    kernel; True when it had been in effect. Safe to call at any time, from any thread."""
+    global _applied
+    if not _applied:
+        return False
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
+    libc.mallopt(_M_MMAP_THRESHOLD, _RELEASED_MMAP_THRESHOLD)
+    libc.mallopt(_M_TRIM_THRESHOLD, _RELEASED_TRIM_THRESHOLD)
+    libc.malloc_trim(0)
+    _applied = False
+    return True

@@ -438,6 +438,8 @@ def run_job(config: ml_collections.ConfigDict) -> pathlib.Path:
             link.symlink_to(policy_dir, target_is_directory=True)
             run.mark("sft", policy_dir=str(policy_dir))
         policy_dir = pathlib.Path(run.stages()["sft"]["policy_dir"])
+        # The sampler's many shapes only grow a kept heap (agentrl_jax/hostmem.py).
+        hostmem.release_freed_memory()
         asyncio.run(rl_and_eval(config, run, url, policy_dir, metrics))
     table = write_report(config, run, metrics)
     run.mark("report", total_seconds=round(time.monotonic() - started, 1))
@@ -452,7 +454,7 @@ def main(argv: list[str]) -> None:
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
     compile_cache.enable()   # compiled programs reused across runs (agentrl_jax/compile_cache.py)
-    hostmem.keep_freed_memory()  # a CPU trainer's buffers stay mapped (agentrl_jax/hostmem.py)
+    hostmem.keep_freed_memory()  # the warm start's buffers stay mapped (agentrl_jax/hostmem.py)
     run_job(_CONFIG.value)
 
 
