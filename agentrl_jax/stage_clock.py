@@ -47,12 +47,20 @@ says which kind was under way, not which one a core was running.
 
 Process CPU seconds per stage (every thread of this process; the environment workers are
 other processes) are recorded too: CPU seconds / wall seconds near 0 in `idle` time means
-waiting, near the core count means busy host work between seams.
+waiting, near the core count means busy host work between seams; and the number of backend
+compilations (XLA compiles or persistent-cache reads) that ended in the stage.
+
+`AGENTRL_JAX_STAGE_CLOCK=PATH` in a process's environment makes `from_environment()` (which
+`launch.local` calls) enable the clock and write its splits to PATH as JSON at exit
+(`benchmarks/main_job.py` reads it).
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import json
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -61,22 +69,26 @@ from typing import Any
 CATEGORIES = ("compile", "train_step", "prefill", "decode", "transfer", "checkpoint",
               "eval_bookkeeping", "env_wait", "start_jitter")
 IDLE = "idle"
+ENV_VAR = "AGENTRL_JAX_STAGE_CLOCK"
 # jax.monitoring duration events that are compilation; each is reported once it has ended.
 COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
                   "/jax/core/compile/backend_compile_duration")
+BACKEND_COMPILE_EVENT = COMPILE_EVENTS[-1]
 
 
 @dataclasses.dataclass(frozen=True)
 class StageSplit:
     """One stage's wall clock: `exclusive` (every category and `IDLE`, adding up to
-    `seconds`), `busy` (per category, overlapping), `cpu_seconds` of this process."""
+    `seconds`), `busy` (per category, overlapping), `cpu_seconds` of this process, the
+    backend `compilations` that ended in it."""
 
     stage: str
     seconds: float
     exclusive: dict[str, float]
     busy: dict[str, float]
-    cpu_seconds: float
+    cpu_seconds: float = 0.0
+    compilations: int = 0
 
 
 class StageClock:
@@ -85,6 +97,7 @@ class StageClock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spans: list[tuple[str, float, float]] = []
+        self._compiled: list[float] = []   # when each backend compilation ended
         self._start = time.perf_counter()
         self._cpu_start = time.process_time()
         # (stage, start, end, cpu seconds)
@@ -98,6 +111,10 @@ class StageClock:
             with self._lock:
                 self._spans.append((category, start, end))
 
+    def count_compilation(self, end: float) -> None:
+        """A backend compilation that ended at `end`."""
+        self._compiled.append(end)
+
     def mark(self, stage: str) -> None:
         """Ends the current stage, named `stage`; the next one starts now."""
         now, cpu = time.perf_counter(), time.process_time()
@@ -109,7 +126,9 @@ class StageClock:
         """Every marked stage's split, in order."""
         with self._lock:
             spans, stages = list(self._spans), list(self._stages)
-        return [split_interval(stage, start, end, spans, cpu)
+        compiled = list(self._compiled)
+        return [dataclasses.replace(split_interval(stage, start, end, spans, cpu),
+                                    compilations=sum(start < t <= end for t in compiled))
                 for stage, start, end, cpu in stages]
 
 
@@ -155,6 +174,7 @@ def flat_figures(splits: list[StageSplit]) -> dict[str, float]:
     for s in splits:
         out[f"{s.stage}_seconds"] = s.seconds
         out[f"{s.stage}_cpu_seconds"] = s.cpu_seconds
+        out[f"{s.stage}_compilations"] = s.compilations
         for category, seconds in s.exclusive.items():
             out[f"{s.stage}_{category}_seconds"] = seconds
             out[f"{s.stage}_{category}_share"] = seconds / s.seconds if s.seconds else 0.0
@@ -227,6 +247,8 @@ def _on_duration(event: str, duration: float, **_: Any) -> None:
     if clock is not None and event in COMPILE_EVENTS:
         end = time.perf_counter()
         clock.record("compile", end - duration, end)
+        if event == BACKEND_COMPILE_EVENT:
+            clock.count_compilation(end)
 
 
 def enable() -> StageClock:
@@ -265,3 +287,29 @@ def table(splits: list[StageSplit]) -> str:
         shares = [f"{100 * exclusive[c] / seconds:.1f}%" if seconds else "-" for c in columns]
         lines.append(f"| {name} | {seconds:.1f} | " + " | ".join(shares) + " |")
     return "\n".join(lines)
+
+
+def to_json(splits: list[StageSplit]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(s) for s in splits]
+
+
+def from_json(rows: list[dict[str, Any]]) -> list[StageSplit]:
+    return [StageSplit(**row) for row in rows]
+
+
+def from_environment() -> StageClock | None:
+    """With `AGENTRL_JAX_STAGE_CLOCK=PATH` set: enables the clock and writes its splits
+    (`to_json`) to PATH when the process exits; the clock, or None when unset."""
+    path = os.environ.get(ENV_VAR)
+    if not path:
+        return None
+    clock = enable()
+
+    def write() -> None:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as out:
+            json.dump(to_json(clock.splits()), out, indent=1)
+        os.replace(tmp, path)
+
+    atexit.register(write)
+    return clock

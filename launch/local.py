@@ -454,6 +454,7 @@ def main(argv: list[str]) -> None:
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
     compile_cache.enable()   # compiled programs reused across runs (agentrl_jax/compile_cache.py)
+    stage_clock.from_environment()   # AGENTRL_JAX_STAGE_CLOCK=PATH: the stages' split (#30)
     hostmem.keep_freed_memory()  # the warm start's buffers stay mapped (agentrl_jax/hostmem.py)
     run_job(_CONFIG.value)
 

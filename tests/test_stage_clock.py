@@ -7,6 +7,7 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from agentrl_jax import stage_clock
@@ -85,10 +86,12 @@ def test_spans_from_threads_and_tasks_are_all_recorded(clock):
 
 
 def test_compilation_is_recorded_from_jax_events(clock):
-    jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(7.0)).block_until_ready()
+    x = jax.device_put(np.arange(7.0, dtype=np.float32))   # a transfer: nothing compiled
+    jax.jit(lambda x: jnp.sin(x) * 3 + 1)(x).block_until_ready()
     stage_clock.mark("s")
     (split,) = clock.splits()
-    assert split.busy["compile"] > 0
+    assert split.busy["compile"] > 0 and split.compilations == 1
+    assert stage_clock.from_json(stage_clock.to_json([split])) == [split]
     categories = {c for c, _, _ in clock._spans}
     assert categories == {"compile"}
 
