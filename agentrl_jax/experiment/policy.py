@@ -33,6 +33,10 @@ def default_config() -> ml_collections.ConfigDict:
         # zoo/hf in launch.local's warm start: keep the first N decoder layers and the
         # vocabulary of the demonstrations (models/shrink.py); 0 = the whole model
         shrink_layers=0,
+        # with shrink_layers: the tokenizer's first N ids (its most frequent tokens) are kept
+        # too, so that names the demonstrations never had encode as in pretraining; at the
+        # vocabulary's size (49152 for SmolLM2) nothing is pruned
+        shrink_common_tokens=0,
         scratch=dict(family="llama", hidden_size=256, intermediate_size=768, num_layers=4,
                      num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=4096,
                      tie_word_embeddings=True, rope_theta=10000.0),
@@ -77,7 +81,7 @@ def pretrained_policy(config: ml_collections.ConfigDict, texts: Iterable[str]) -
 
     with tempfile.TemporaryDirectory(prefix="agentrl_jax-shrunk-") as shrunk:
         shrink_pretrained(pretrained_dir(config), shrunk, num_layers=config.shrink_layers,
-                          texts=texts)
+                          texts=texts, common_tokens=config.shrink_common_tokens)
         return load_policy(shrunk, config.parser)
 
 

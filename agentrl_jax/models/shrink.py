@@ -11,12 +11,16 @@ circuits, and for a narrow set of tasks most of the vocabulary is dead weight: S
 
 - **Layers**: decoder layers [0, num_layers) and the final norm are kept; the final norm and the
   tied head then read an early layer's residual stream, which fine-tuning adapts to.
-- **Vocabulary**: every token the tokenizer produces on `texts`, its special tokens and the
-  byte alphabet, closed under the BPE merges that build them. Kept tokens are renumbered in
-  their original order. The pruned tokenizer encodes every text of the corpus exactly as the
-  original does (mapped to the new ids): a merge the original applies to a corpus word builds
-  part of a kept token, so it is kept, and a dropped merge was never the one chosen. Other text
-  still encodes, in smaller pieces (at worst bytes).
+- **Vocabulary**: every token the tokenizer produces on `texts`, its first `common_tokens`
+  ids, its special tokens and the byte alphabet, closed under the BPE merges that build them.
+  Kept tokens are renumbered in their original order. The pruned tokenizer encodes every text
+  of the corpus exactly as the original does (mapped to the new ids): a merge the original
+  applies to a corpus word builds part of a kept token, so it is kept, and a dropped merge was
+  never the one chosen. Other text still encodes, in smaller pieces (at worst bytes), and
+  pieces the model never saw in pretraining are what it must then copy: on the validation
+  episodes of a policy pruned to its demonstrations' vocabulary, a third of DB's and KG's
+  words were split differently from the original. `common_tokens` keeps the tokenizer's most
+  frequent tokens for such text.
 """
 
 from __future__ import annotations
@@ -115,10 +119,13 @@ def _shrunk_weights(weights: dict[str, np.ndarray], num_layers: int, old_ids: np
 
 
 def shrink_pretrained(src: str | pathlib.Path, dst: str | pathlib.Path, *, num_layers: int,
-                      texts: Iterable[str]) -> dict[str, int]:
+                      texts: Iterable[str], common_tokens: int = 0) -> dict[str, int]:
     """Writes the shrunk model of HF directory `src` into `dst`; returns its sizes.
 
     `src` must hold one `model.safetensors` of a Llama-style decoder and a `tokenizer.json`.
+    `common_tokens`: the tokenizer's first N ids are kept too, whatever `texts` use (a
+    byte-level BPE numbers its tokens in merge order, the most frequent first); at the
+    vocabulary's size nothing is pruned.
     """
     from safetensors.numpy import load_file, save_file
 
@@ -128,7 +135,8 @@ def shrink_pretrained(src: str | pathlib.Path, dst: str | pathlib.Path, *, num_l
         raise ValueError(f"num_layers must be in [1, {config['num_hidden_layers']}], "
                          f"got {num_layers}")
     tokenizer_json = json.loads((src / "tokenizer.json").read_text())
-    pruned, old_ids = prune_bpe(tokenizer_json, used_token_ids(tokenizer_json, texts))
+    keep = used_token_ids(tokenizer_json, texts) | set(range(common_tokens))
+    pruned, old_ids = prune_bpe(tokenizer_json, keep)
     new_id = renumbering(old_ids)
 
     dst.mkdir(parents=True, exist_ok=True)

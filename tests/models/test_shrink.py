@@ -65,6 +65,27 @@ def test_the_pruned_tokenizer_encodes_the_corpus_as_the_original(source, tmp_pat
     assert config["num_hidden_layers"] == 2 and config["vocab_size"] == len(pruned)
 
 
+def test_common_tokens_keep_unseen_words_encoded_as_in_pretraining(source, tmp_path):
+    src, _ = source
+    original = transformers.AutoTokenizer.from_pretrained(src)
+    unseen = " Scholastic published Berazategui jeans"   # in no text of the corpus
+    narrow = shrink_pretrained(src, tmp_path / "narrow", num_layers=2, texts=CORPUS)
+    pruned = transformers.AutoTokenizer.from_pretrained(tmp_path / "narrow")
+    assert _tokens(pruned, unseen) != _tokens(original, unseen)
+    common = max(original.encode(unseen, add_special_tokens=False)) + 1
+    wide = shrink_pretrained(src, tmp_path / "wide", num_layers=2, texts=CORPUS,
+                             common_tokens=common)
+    widened = transformers.AutoTokenizer.from_pretrained(tmp_path / "wide")
+    assert narrow["vocab_size"] < wide["vocab_size"] < narrow["vocab_size"] + common
+    assert _tokens(widened, unseen) == _tokens(original, unseen)
+    for text in CORPUS:
+        assert _tokens(widened, text) == _tokens(original, text)
+    # At the vocabulary's size nothing is pruned.
+    whole = shrink_pretrained(src, tmp_path / "whole", num_layers=2, texts=CORPUS,
+                              common_tokens=49152)
+    assert whole["vocab_size"] == 49152
+
+
 def test_the_shrunk_model_is_the_truncated_original_over_the_kept_tokens(source, tmp_path):
     src, model = source
     shrink_pretrained(src, tmp_path, num_layers=2, texts=CORPUS)
