@@ -97,7 +97,8 @@ class StageClock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spans: list[tuple[str, float, float]] = []
-        self._compiled: list[float] = []   # when each backend compilation ended
+        self._compiled: list[tuple[float, str, float]] = []   # backend compilations:
+        # (when it ended, the program's name, its seconds)
         self._start = time.perf_counter()
         self._cpu_start = time.process_time()
         # (stage, start, end, cpu seconds)
@@ -111,9 +112,22 @@ class StageClock:
             with self._lock:
                 self._spans.append((category, start, end))
 
-    def count_compilation(self, end: float) -> None:
-        """A backend compilation that ended at `end`."""
-        self._compiled.append(end)
+    def count_compilation(self, end: float, program: str = "", seconds: float = 0.0) -> None:
+        """A backend compilation of `program` that ended at `end` and took `seconds`."""
+        with self._lock:
+            self._compiled.append((end, program, seconds))
+
+    def programs(self) -> dict[str, dict[str, float]]:
+        """Per program name, its backend `compilations` and their `seconds`, most seconds
+        first."""
+        with self._lock:
+            compiled = list(self._compiled)
+        out: dict[str, dict[str, float]] = {}
+        for _, program, seconds in compiled:
+            entry = out.setdefault(program, {"compilations": 0, "seconds": 0.0})
+            entry["compilations"] += 1
+            entry["seconds"] += seconds
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["seconds"]))
 
     def mark(self, stage: str) -> None:
         """Ends the current stage, named `stage`; the next one starts now."""
@@ -126,7 +140,7 @@ class StageClock:
         """Every marked stage's split, in order."""
         with self._lock:
             spans, stages = list(self._spans), list(self._stages)
-        compiled = list(self._compiled)
+            compiled = [t for t, _, _ in self._compiled]
         return [dataclasses.replace(split_interval(stage, start, end, spans, cpu),
                                     compilations=sum(start < t <= end for t in compiled))
                 for stage, start, end, cpu in stages]
@@ -242,13 +256,13 @@ def mark(stage: str) -> None:
         clock.mark(stage)
 
 
-def _on_duration(event: str, duration: float, **_: Any) -> None:
+def _on_duration(event: str, duration: float, *, fun_name: str = "", **_: Any) -> None:
     clock = _clock
     if clock is not None and event in COMPILE_EVENTS:
         end = time.perf_counter()
         clock.record("compile", end - duration, end)
         if event == BACKEND_COMPILE_EVENT:
-            clock.count_compilation(end)
+            clock.count_compilation(end, fun_name, duration)
 
 
 def enable() -> StageClock:
@@ -298,8 +312,9 @@ def from_json(rows: list[dict[str, Any]]) -> list[StageSplit]:
 
 
 def from_environment() -> StageClock | None:
-    """With `AGENTRL_JAX_STAGE_CLOCK=PATH` set: enables the clock and writes its splits
-    (`to_json`) to PATH when the process exits; the clock, or None when unset."""
+    """With `AGENTRL_JAX_STAGE_CLOCK=PATH` set: enables the clock and writes
+    `{"stages": to_json(splits), "programs": programs()}` to PATH when the process exits;
+    the clock, or None when unset."""
     path = os.environ.get(ENV_VAR)
     if not path:
         return None
@@ -308,7 +323,8 @@ def from_environment() -> StageClock | None:
     def write() -> None:
         tmp = f"{path}.tmp"
         with open(tmp, "w") as out:
-            json.dump(to_json(clock.splits()), out, indent=1)
+            json.dump({"stages": to_json(clock.splits()), "programs": clock.programs()}, out,
+                      indent=1)
         os.replace(tmp, path)
 
     atexit.register(write)

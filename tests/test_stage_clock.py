@@ -87,10 +87,16 @@ def test_spans_from_threads_and_tasks_are_all_recorded(clock):
 
 def test_compilation_is_recorded_from_jax_events(clock):
     x = jax.device_put(np.arange(7.0, dtype=np.float32))   # a transfer: nothing compiled
-    jax.jit(lambda x: jnp.sin(x) * 3 + 1)(x).block_until_ready()
+    def sine_program(x):
+        return jnp.sin(x) * 3 + 1
+
+    jax.jit(sine_program)(x).block_until_ready()
     stage_clock.mark("s")
     (split,) = clock.splits()
     assert split.busy["compile"] > 0 and split.compilations == 1
+    ((name, program),) = clock.programs().items()
+    assert "sine_program" in name and program["compilations"] == 1
+    assert 0 < program["seconds"] <= split.busy["compile"]
     assert stage_clock.from_json(stage_clock.to_json([split])) == [split]
     categories = {c for c, _, _ in clock._spans}
     assert categories == {"compile"}

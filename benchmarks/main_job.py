@@ -1,0 +1,126 @@
+"""Where the main job's minutes go: each stage of `launch.local` split by the stage clock (#30).
+
+Runs `python -m launch.local` as it is run (a subprocess, the real sandboxed fleet) in a fresh
+run directory with a fresh warm-start cache, so every stage does its work, and with
+`AGENTRL_JAX_STAGE_CLOCK` set, so the job records its own split (`agentrl_jax/stage_clock.py`:
+the categories, what overlaps and what `idle` means). The compilation cache is cold by
+default (a fresh folder: a first run, its writes included); `--compile-cache warm` uses the
+project's, `off` none. The oracle demonstrations come from their cache when it holds them
+(`demos_cached` says which).
+
+Prints the table (exclusive shares of each stage's wall clock) and writes NAME.json: per stage
+`STAGE_seconds`, `STAGE_CATEGORY_share` and `_seconds` (exclusive), `STAGE_CATEGORY_busy_seconds`
+(overlapping), `STAGE_cpu_seconds`, `STAGE_compilations`; over the job `CATEGORY_share`,
+`total_seconds`; the load average before and after (the machine is shared), the job's peak
+resident memory, and the machine.
+
+    python -m benchmarks.main_job                                  # the :fast config
+    python -m benchmarks.main_job --config default --name main_job_default \\
+        --set rl.pipeline.steps=2 --set eval.per_task=4            # the default, reduced
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def job_command(config: str, run_dir: pathlib.Path, sft_cache: pathlib.Path,
+                overrides: list[str]) -> list[str]:
+    spec = "configs/local_default.py" + (":fast" if config == "fast" else "")
+    return [sys.executable, "-m", "launch.local", f"--config={spec}",
+            f"--config.run_dir={run_dir}", f"--config.sft.cache_dir={sft_cache}",
+            *(f"--config.{o}" for o in overrides)]
+
+
+def demos_cached(config: str, overrides: list[str]) -> bool:
+    """Whether every task's oracle demonstrations are in the cache already."""
+    from agentrl_jax.experiment.demonstrations import demo_path
+    from configs import local_default
+
+    c = local_default.get_config("fast" if config == "fast" else "")
+    per_task = int(next((o.split("=", 1)[1] for o in overrides
+                         if o.startswith("demos.per_task=")), c.demos.per_task))
+    return all(demo_path(t, c.demos.split, per_task).exists() for t in c.env.tasks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", choices=("fast", "default"), default="fast")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a launch.local config override (--config.KEY=VALUE)")
+    parser.add_argument("--compile-cache", choices=("cold", "warm", "off"), default="cold")
+    parser.add_argument("--name", default="main_job", help="benchmarks/results/NAME.json")
+    args = parser.parse_args()
+
+    from agentrl_jax import compile_cache, stage_clock
+    from benchmarks.machine_info import write_result
+
+    cached = demos_cached(args.config, args.set)
+    with tempfile.TemporaryDirectory(prefix="main_job_") as tmp:
+        work = pathlib.Path(tmp)
+        env = dict(os.environ)
+        env.pop("XLA_FLAGS", None)   # the job on this machine's one CPU device, as run
+        env[stage_clock.ENV_VAR] = str(work / "stage_clock.json")
+        if args.compile_cache == "cold":
+            env[compile_cache.ENV_VAR] = str(work / "xla")
+        elif args.compile_cache == "off":
+            env[compile_cache.ENV_VAR] = "0"
+        argv = job_command(args.config, work / "run", work / "sft", args.set)
+        print("running:", " ".join(argv[1:]), flush=True)
+        load_start, started = os.getloadavg()[0], time.monotonic()
+        with open(work / "log.txt", "wb") as log:
+            done = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, check=False)
+        wall = time.monotonic() - started
+        if done.returncode != 0:
+            raise SystemExit(f"the job failed ({done.returncode}):\n"
+                             + (work / "log.txt").read_text()[-4000:])
+        clocked = json.loads((work / "stage_clock.json").read_text())
+        splits = stage_clock.from_json(clocked["stages"])
+        stages = json.loads((work / "run" / "stages.json").read_text())
+        records = [json.loads(line) for line in
+                   (work / "run" / "metrics.jsonl").read_text().splitlines()]
+        rl_steps = [r for r in records if r["stage"] == "rl"]
+
+    figures: dict[str, object] = {
+        "config": args.config, "overrides": " ".join(args.set),
+        "compile_cache": args.compile_cache, "demos_cached": cached,
+        "job_wall_seconds": wall,
+        # RL steps whose every drawn group lacked reward variance (dynamic sampling): no update
+        "rl_steps": len(rl_steps),
+        "rl_steps_skipped": sum(bool(r.get("skipped_step")) for r in rl_steps),
+        "load_average_start": round(load_start, 2),
+        "load_average_end": round(os.getloadavg()[0], 2),
+        # the largest process among the job and its fleet (getrusage's children maximum)
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20,
+        **{f"stages_json_{k}_seconds": v["seconds"] for k, v in stages.items()},
+        **stage_clock.flat_figures(splits),
+    }
+    print(stage_clock.table(splits))
+    total = figures["total_seconds"]
+    print(f"job {wall:.0f} s wall ({total:.0f} s in stages), compilations "
+          f"{sum(s.compilations for s in splits)}, load {figures['load_average_start']} -> "
+          f"{figures['load_average_end']}")
+    print("most compile seconds:")
+    for program, entry in list(clocked["programs"].items())[:8]:
+        print(f"  {entry['seconds']:6.1f} s  {entry['compilations']:3d} x  {program}")
+    figures["programs_compiled"] = len(clocked["programs"])
+    figures.update({f"compile_top{i}_{k}": v for i, (program, entry) in
+                    enumerate(list(clocked["programs"].items())[:5], start=1)
+                    for k, v in (("program", program), ("seconds", entry["seconds"]),
+                                 ("compilations", entry["compilations"]))})
+    print("wrote", write_result(args.name, figures))
+
+
+if __name__ == "__main__":
+    main()
