@@ -9,7 +9,9 @@ current stage: the time since the previous mark (or `enable()`) is that stage's,
 `launch.local.RunDir.mark` counts a stage's seconds.
 
 Off by default: until `enable()`, `span` hands out one shared no-op and `record` and `mark`
-return at once, so a seam costs a global lookup and a call.
+return at once, so a seam costs a global lookup and a call. The one behaviour the clock
+changes: enabled, the sampler's weight preparation (`SamplingEngine.prepare_weights`, run in a
+worker thread) waits for its copy to finish, so that its span ends with the copy.
 
 Categories, the order of `CATEGORIES` (highest first):
 
