@@ -96,6 +96,11 @@ class EngineConfig:
       prefill_buckets: prefill lengths; longer inputs are prefilled in chunks of the largest.
       prefill_batch_buckets: prompts prefilled together in one device call (rows); capped at
         max_batch. Batching fills the matmuls (one 128-token prompt is a thin matrix).
+      max_prefill_tokens: the most tokens (rows × length bucket, padding included) one prefill
+        call computes; 0: no cap. Attention's scores grow with rows × length × context, so a
+        call of 4 rows of 2,048 tokens over a 4,096 context needs 5.5 GB of temporaries on a
+        30-layer SmolLM2, against 1.4 GB for one row; with a cap, long chunks go in fewer rows
+        (never fewer than the smallest row bucket) and shapes over it are never compiled.
       context_buckets: widths (tokens) of the context read by a step; max_context is added.
         Attention reads the whole bucket, so finer buckets cost compilations but save reads.
       batch_buckets: decode batch sizes; max_batch is added.
@@ -112,6 +117,7 @@ class EngineConfig:
     max_context: int = 2048
     prefill_buckets: tuple[int, ...] = (32, 128, 512)
     prefill_batch_buckets: tuple[int, ...] = (1, 4)
+    max_prefill_tokens: int = 0
     context_buckets: tuple[int, ...] = (256, 1024)
     batch_buckets: tuple[int, ...] = (1, 4, 8, 16)
     steps_per_sync: int = 8
@@ -139,6 +145,12 @@ class EngineConfig:
         """Row buckets of a prefill call, sorted and capped at max_batch (fewer waiting prompts
         than the smallest bucket are padded with empty rows)."""
         return tuple(sorted({min(r, self.max_batch) for r in self.prefill_batch_buckets}))
+
+    def prefill_call_fits(self, rows: int, length: int) -> bool:
+        """Whether a prefill call of `rows` (a row bucket) × `length` (a length bucket) is
+        within `max_prefill_tokens`; the smallest row bucket always is."""
+        return (not self.max_prefill_tokens or rows * length <= self.max_prefill_tokens
+                or rows == self.prefill_rows()[0])
 
 
 # Cumulative counters of `SamplingEngine.prefill_stats`; the rest of its keys are derived or now.
@@ -453,6 +465,8 @@ class SamplingEngine:
         page = self.config.page_size
         for rows in self._prefill_rows:
             for t in self._prefill_buckets:
+                if not self.config.prefill_call_fits(rows, t):
+                    continue
                 for c in (0, *self._context_buckets):
                     self._run_prefill(weights, [], rows, t, c // page)
         for b in self._batch_buckets:
@@ -557,8 +571,7 @@ class SamplingEngine:
             if not calls:  # pages are only ever read after those of earlier admissions
                 raise RuntimeError("prefill waits on shared pages that no turn computes")
             for (fresh, _), group in calls.items():
-                for i in range(0, len(group), max_rows):
-                    batch = group[i : i + max_rows]
+                for batch in self._prefill_calls(group, largest, max_rows):
                     chunks = [(t, t.prefilled, min(len(t.request.prompt), t.prefilled + largest))
                               for t in batch]
                     bucket = _bucket(self._prefill_buckets, max(hi - lo for _, lo, hi in chunks))
@@ -588,6 +601,25 @@ class SamplingEngine:
                 self._finish(turn, reason)
             else:
                 self._running.append(turn)
+
+    def _prefill_calls(self, group: list[_Turn], largest: int, max_rows: int
+                       ) -> list[list[_Turn]]:
+        """`group` split, in order, into prefill calls of at most `max_rows` turns whose padded
+        size (row bucket × length bucket of the next chunks) fits `max_prefill_tokens`."""
+        calls: list[list[_Turn]] = []
+        batch: list[_Turn] = []
+        longest = 0
+        for turn in group:
+            chunk = min(len(turn.request.prompt) - turn.prefilled, largest)
+            rows = _bucket(self._prefill_rows, len(batch) + 1)
+            length = _bucket(self._prefill_buckets, max(longest, chunk))
+            if batch and (len(batch) == max_rows
+                          or not self.config.prefill_call_fits(rows, length)):
+                calls.append(batch)
+                batch, longest = [], 0
+            batch.append(turn)
+            longest = max(longest, chunk)
+        return [*calls, batch] if batch else calls
 
     def _run_decode(self, weights, turns: Sequence[_Turn], rows: int, width: int):
         tokens = np.zeros(rows, np.int32)

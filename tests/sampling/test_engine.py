@@ -118,6 +118,27 @@ def test_waiting_prompts_are_prefilled_together(llama):
         assert result.tokens == reference_greedy(llama, prompt, 10)
 
 
+def test_prefill_token_cap_splits_long_chunks_into_fewer_rows(llama):
+    # Cap 32 tokens: four 5-token prompts (length bucket 8) still share one 4-row call; four
+    # 12-token prompts (bucket 16: 4 x 16 = 64 > 32) go one row per call. Same outputs.
+    engine = make_engine(llama, max_prefill_tokens=32)
+    short = [random_prompt(5, i) for i in range(4)]
+    engine.generate([GenerateRequest(p, GREEDY) for p in short])
+    assert engine.stats["prefill_calls"] == 1
+    long = [random_prompt(12, 20 + i) for i in range(4)]
+    results = engine.generate([GenerateRequest(p, GREEDY) for p in long])
+    assert engine.stats["prefill_calls"] == 1 + 4
+    for prompt, result in zip(long, results, strict=True):
+        assert result.tokens == reference_greedy(llama, prompt, 10)
+    # Warm-up never compiles a shape over the cap: the 4-row 16-token calls are left out.
+    capped = make_engine(llama, max_prefill_tokens=32)
+    shapes, run = [], capped._run_prefill
+    capped._run_prefill = lambda w, chunks, rows, t, width: (shapes.append((rows, t)),
+                                                             run(w, chunks, rows, t, width))[1]
+    capped.warmup()
+    assert set(shapes) == {(1, 8), (1, 16), (4, 8)}
+
+
 def _episode(engine, session_id, turns=4, policy="current", seed=0):
     """A multi-turn episode: each turn appends 5 'environment' tokens to the whole stream."""
     rng = np.random.default_rng(seed)
