@@ -16,7 +16,6 @@ import glob
 import os
 import secrets
 import socket
-import tempfile
 
 import pytest
 from os_attack_support import (
@@ -40,6 +39,7 @@ from environments.oracle import play_one
 from environments.registry import task_key
 from environments.sandbox import cgroup
 from launch.env_fleet import PRIVATE_MOUNTS, start_task_fleet
+from tests.support.host_secrets import planted_secrets
 
 pytestmark = needs_root_sandbox
 FORGERIES = ("function", "path", "system_binaries", "python_site", "stdlib")
@@ -82,17 +82,11 @@ def test_the_worker_is_started_as_the_main_job_starts_it(worker):
 
 
 def test_the_host_is_out_of_reach(fleet, worker):
-    name = f"agentrl_secret_{secrets.token_hex(6)}"
-    secret_files = [os.path.join(os.path.expanduser("~"), name),
-                    os.path.join(tempfile.gettempdir(), name)]
-    for path in secret_files:
-        with open(path, "w") as f:
-            f.write("TOP-SECRET")
     ports = [_port(fleet.url), worker.port]
     for port in ports:   # both listen on the host's loopback
         socket.create_connection(("127.0.0.1", port), timeout=10).close()
     escaped = f"agentrl_escaped_{secrets.token_hex(6)}"
-    try:
+    with planted_secrets() as (name, secret_files):
         record = _play(fleet, Scripted(
             bash("; ".join(f"cat {path}" for path in secret_files)
                  + f"; find / -name '{name}*' 2>/dev/null; grep -rs TOP-SECRET /root /tmp /home"),
@@ -101,9 +95,6 @@ def test_the_host_is_out_of_reach(fleet, worker):
             bash("cat /proc/[0-9]*/cmdline | tr '\\0' ' '"),
             bash(f"echo x > /usr/{escaped} && cat /usr/{escaped}"),
             answer("ok")), MATCH)
-    finally:
-        for path in secret_files:
-            os.unlink(path)
     files, connect, processes, written = replies(record)[:4]
     assert "TOP-SECRET" not in files and "No such file" in files, files
     assert "CONNECTED" not in connect, connect

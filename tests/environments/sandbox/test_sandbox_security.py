@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import secrets
 import socket
 import subprocess
-import tempfile
 import threading
 
 import pytest
 from sandbox_helpers import needs_bwrap, processes_of_uid, run
 
 from environments.sandbox import ExecStatus, Sandbox
+from tests.support.host_secrets import planted_secrets
 
 pytestmark = needs_bwrap
 
@@ -71,25 +70,15 @@ def test_host_loopback_is_unreachable(config):
 
 
 def test_host_secrets_are_unreadable(config):
-    name = f"agentrl_secret_{secrets.token_hex(6)}"
-    host_files = [os.path.join(os.path.expanduser("~"), name),
-                  os.path.join(tempfile.gettempdir(), name)]
-    for path in host_files:
-        with open(path, "w") as f:
-            f.write("TOP-SECRET")
-
-    async def main():
+    async def main(name, host_files):
         async with Sandbox(config).session() as shell:
             reads = [await shell.run(f"cat {path}") for path in host_files]
             search = await shell.run(f"find / -name '{name}*' 2>/dev/null; "
                                      f"grep -rs TOP-SECRET /root /tmp /home /etc")
             return reads, search
 
-    try:
-        reads, search = run(main())
-    finally:
-        for path in host_files:
-            os.unlink(path)
+    with planted_secrets() as (name, host_files):
+        reads, search = run(main(name, host_files))
     for result in reads:
         assert result.exit_code != 0 and "TOP-SECRET" not in result.stdout
     assert search.stdout == ""
