@@ -258,13 +258,14 @@ def mark(stage: str) -> None:
         clock.mark(stage)
 
 
-def _on_duration(event: str, duration: float, *, fun_name: str = "", **_: Any) -> None:
+def _on_duration(event: str, duration_secs: float, **metadata: str | int) -> None:
+    """jax.monitoring's duration listener; the backend compile event names its `fun_name`."""
     clock = _clock
     if clock is not None and event in COMPILE_EVENTS:
         end = time.perf_counter()
-        clock.record("compile", end - duration, end)
+        clock.record("compile", end - duration_secs, end)
         if event == BACKEND_COMPILE_EVENT:
-            clock.count_compilation(end, fun_name, duration)
+            clock.count_compilation(end, str(metadata.get("fun_name", "")), duration_secs)
 
 
 def enable() -> StageClock:
