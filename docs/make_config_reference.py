@@ -80,6 +80,10 @@ MEANINGS: dict[str, str] = {
     "model.vocab_size": "scratch: BPE vocabulary entries, special tokens included",
     "model.shrink_layers": "zoo/hf, launch.local: keep the first N decoder layers and the "
                            "demonstrations' vocabulary (models/shrink.py); 0 = the whole model",
+    "model.shrink_common_tokens": "with shrink_layers: also keep the tokenizer's first N ids "
+                                  "(its most frequent tokens), so that names the "
+                                  "demonstrations never had encode as in pretraining; at the "
+                                  "vocabulary's size nothing is pruned",
     "model.seed": "scratch: parameter initialisation seed",
     "model.dtype": "the sampler's compute dtype (parameters stay fp32, as the trainer's)",
     "model.scratch.family": "scratch: decoder family (llama, qwen2, glm4)",
@@ -182,6 +186,8 @@ MEANINGS: dict[str, str] = {
     "rl.engine.steps_per_sync": "decode steps per device call (the host syncs once per chunk)",
     "rl.engine.prefill_batch_buckets": "prompts prefilled together in one device call (rows; "
                                        "capped at max_batch)",
+    "rl.engine.max_prefill_tokens": "the most padded tokens (rows x length bucket) one prefill "
+                                    "call computes; long chunks go in fewer rows; 0 = no cap",
     "rl.engine.in_flight": 'turns running at a weight update: "finish" on the weights they '
                            'started with, or "abort" (restart on the new ones)',
     "rl.engine.max_stop_ids": "stop token ids per request the device checks",
