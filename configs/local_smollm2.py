@@ -9,9 +9,11 @@
 into the model at its end) and RL, over a frozen base, at 10x the learning rates (docs/lora.md).
 
 Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. Measured on
-the 2-core CPU (2026-11-30, other jobs running): 60-90 s per 4k-token warm-start step (~30 min for
-the 27 steps of one epoch over 96 demonstrations), and the process grew to 14 GB at 4k tokens
-per micro-batch, so give it a machine with more memory than 24 GB or nothing else running.
+the 2-core CPU (2026-12-02, docs/warm_start.md): the warm start's 75 steps over 95 demonstrations
+take 17-20 s each with nothing else running, peak RSS 10.3 GB; the evaluation after it peaked
+at 13.1 GB before the prefill cap (`rl.engine.max_prefill_tokens`). Keep the model's whole
+vocabulary here: pruned to the demonstrations' (`model.shrink_layers=30`) it cannot copy the
+names of unseen episodes (0 of 40 validation episodes against 1 of 40, docs/warm_start.md).
 
 `gpu` is the accelerator suite's learning run (benchmarks/gpu_suite.py): the GPU machine's 16
 cores run the environments, evaluation takes 20 test indices per task, and every stage keeps to
