@@ -40,6 +40,15 @@ IN_FLIGHT = 8   # as environments.oracle's default, which the unsandboxed figure
 SESSIONS = 64   # configs/local_default.py's env.concurrency
 
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def portable(argv: list[str]) -> list[str]:
+    """`argv` with paths inside the checkout made relative to it, so the result names no host."""
+    root = str(REPO_ROOT) + os.sep
+    return [word.removeprefix(root) for word in argv]
+
+
 def placement(argv: list[str]) -> dict[str, Any]:
     """How the fleet started a worker, read from its command line."""
     params = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--param"]
@@ -109,7 +118,8 @@ def main() -> dict[str, Any]:
         "by_file": files,
         "roots": dict(roots),
         "every_root_overlay": set(roots) == {"overlay"},
-        "workers": {split: {"argv": w.argv, **placement(w.argv)} for split, w in workers.items()},
+        "workers": {split: {"argv": portable(w.argv), **placement(w.argv)}
+                    for split, w in workers.items()},
         "by_split": splits,
         "in_flight": IN_FLIGHT,
         "sessions_per_worker": SESSIONS,
