@@ -17,6 +17,13 @@ resident memory, and the machine.
     python -m benchmarks.main_job                                  # the :fast config
     python -m benchmarks.main_job --config default --name main_job_default \\
         --set rl.pipeline.steps=2 --set eval.per_task=4            # the default, reduced
+    python -m benchmarks.main_job --config default --compile-cache warm --sft-cache warm \\
+        --name main_job_default_second                             # a second run: caches warm
+
+A run made elsewhere with `AGENTRL_JAX_STAGE_CLOCK=PATH` set (the README's first command in a
+fresh clone, say) is summarised the same way, without running anything:
+
+    python -m benchmarks.main_job --from-run RUN_DIR --clock PATH --name main_job_default_first
 """
 
 from __future__ import annotations
@@ -34,12 +41,13 @@ import time
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def job_command(config: str, run_dir: pathlib.Path, sft_cache: pathlib.Path,
+def job_command(config: str, run_dir: pathlib.Path, sft_cache: pathlib.Path | None,
                 overrides: list[str]) -> list[str]:
+    """launch.local's argv; `sft_cache` None keeps the project's warm-start cache."""
     spec = "configs/local_default.py" + (":fast" if config == "fast" else "")
+    cache = [] if sft_cache is None else [f"--config.sft.cache_dir={sft_cache}"]
     return [sys.executable, "-m", "launch.local", f"--config={spec}",
-            f"--config.run_dir={run_dir}", f"--config.sft.cache_dir={sft_cache}",
-            *(f"--config.{o}" for o in overrides)]
+            f"--config.run_dir={run_dir}", *cache, *(f"--config.{o}" for o in overrides)]
 
 
 def demos_cached(config: str, overrides: list[str]) -> bool:
@@ -53,17 +61,17 @@ def demos_cached(config: str, overrides: list[str]) -> bool:
     return all(demo_path(t, c.demos.split, per_task).exists() for t in c.env.tasks)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", choices=("fast", "default"), default="fast")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a launch.local config override (--config.KEY=VALUE)")
-    parser.add_argument("--compile-cache", choices=("cold", "warm", "off"), default="cold")
-    parser.add_argument("--name", default="main_job", help="benchmarks/results/NAME.json")
-    args = parser.parse_args()
+def read_run(run_dir: pathlib.Path, clock: pathlib.Path):
+    """(the stage clock's JSON, stages.json, metrics.jsonl's records) of a finished run."""
+    clocked = json.loads(clock.read_text())
+    stages = json.loads((run_dir / "stages.json").read_text())
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return clocked, stages, records
 
+
+def launch(args: argparse.Namespace):
+    """Runs the job with the stage clock on; what `read_run` returns, and the run's figures."""
     from agentrl_jax import compile_cache, stage_clock
-    from benchmarks.machine_info import write_result
 
     cached = demos_cached(args.config, args.set)
     with tempfile.TemporaryDirectory(prefix="main_job_") as tmp:
@@ -75,7 +83,8 @@ def main() -> None:
             env[compile_cache.ENV_VAR] = str(work / "xla")
         elif args.compile_cache == "off":
             env[compile_cache.ENV_VAR] = "0"
-        argv = job_command(args.config, work / "run", work / "sft", args.set)
+        sft_cache = work / "sft" if args.sft_cache == "cold" else None
+        argv = job_command(args.config, work / "run", sft_cache, args.set)
         print("running:", " ".join(argv[1:]), flush=True)
         load_start, started = os.getloadavg()[0], time.monotonic()
         with open(work / "log.txt", "wb") as log:
@@ -85,32 +94,57 @@ def main() -> None:
         if done.returncode != 0:
             raise SystemExit(f"the job failed ({done.returncode}):\n"
                              + (work / "log.txt").read_text()[-4000:])
-        clocked = json.loads((work / "stage_clock.json").read_text())
-        splits = stage_clock.from_json(clocked["stages"])
-        stages = json.loads((work / "run" / "stages.json").read_text())
-        records = [json.loads(line) for line in
-                   (work / "run" / "metrics.jsonl").read_text().splitlines()]
-        rl_steps = [r for r in records if r["stage"] == "rl"]
-
+        clocked, stages, records = read_run(work / "run", work / "stage_clock.json")
     figures: dict[str, object] = {
         "config": args.config, "overrides": " ".join(args.set),
-        "compile_cache": args.compile_cache, "demos_cached": cached,
-        "job_wall_seconds": wall,
-        # RL steps whose every drawn group lacked reward variance (dynamic sampling): no update
-        "rl_steps": len(rl_steps),
-        "rl_steps_skipped": sum(bool(r.get("skipped_step")) for r in rl_steps),
+        "compile_cache": args.compile_cache, "sft_cache": args.sft_cache,
+        "demos_cached": cached, "job_wall_seconds": wall,
         "load_average_start": round(load_start, 2),
         "load_average_end": round(os.getloadavg()[0], 2),
         # the largest process among the job and its fleet (getrusage's children maximum)
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20,
+    }
+    return clocked, stages, records, figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", choices=("fast", "default"), default="fast")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a launch.local config override (--config.KEY=VALUE)")
+    parser.add_argument("--compile-cache", choices=("cold", "warm", "off"), default="cold")
+    parser.add_argument("--sft-cache", choices=("cold", "warm"), default="cold",
+                        help="warm: the project's warm-start cache (a second run); cold: fresh")
+    parser.add_argument("--from-run", type=pathlib.Path, default=None, metavar="RUN_DIR",
+                        help="summarise this finished run instead of running one (needs --clock)")
+    parser.add_argument("--clock", type=pathlib.Path, default=None,
+                        help="the stage clock's JSON of --from-run")
+    parser.add_argument("--name", default="main_job", help="benchmarks/results/NAME.json")
+    args = parser.parse_args()
+
+    from agentrl_jax import stage_clock
+    from benchmarks.machine_info import write_result
+
+    if args.from_run is not None:
+        if args.clock is None:
+            parser.error("--from-run needs --clock")
+        clocked, stages, records = read_run(args.from_run, args.clock)
+        figures: dict[str, object] = {"config": "as run", "from_run": str(args.from_run)}
+    else:
+        clocked, stages, records, figures = launch(args)
+    splits = stage_clock.from_json(clocked["stages"])
+    rl_steps = [r for r in records if r["stage"] == "rl"]
+    figures.update({
+        # RL steps whose every drawn group lacked reward variance (dynamic sampling): no update
+        "rl_steps": len(rl_steps),
+        "rl_steps_skipped": sum(bool(r.get("skipped_step")) for r in rl_steps),
         **{f"stages_json_{k}_seconds": v["seconds"] for k, v in stages.items()},
         **stage_clock.flat_figures(splits),
-    }
+    })
     print(stage_clock.table(splits))
-    total = figures["total_seconds"]
-    print(f"job {wall:.0f} s wall ({total:.0f} s in stages), compilations "
-          f"{sum(s.compilations for s in splits)}, load {figures['load_average_start']} -> "
-          f"{figures['load_average_end']}")
+    print(f"{figures['total_seconds']:.0f} s in stages, compilations "
+          f"{sum(s.compilations for s in splits)}, load {figures.get('load_average_start')} -> "
+          f"{figures.get('load_average_end')}")
     print("most compile seconds:")
     for program, entry in list(clocked["programs"].items())[:8]:
         print(f"  {entry['seconds']:6.1f} s  {entry['compilations']:3d} x  {program}")

@@ -61,6 +61,8 @@ def get_config() -> ml_collections.ConfigDict:
         limits=dict(max_turns=placeholder(int), max_context_tokens=placeholder(int),
                     max_new_tokens=placeholder(int)),
         engine=dict(max_batch=placeholder(int), num_pages=placeholder(int),
-                    prefix_cache=placeholder(bool)),  # False: every prompt prefilled whole
+                    prefix_cache=placeholder(bool),  # False: every prompt prefilled whole
+                    # padded tokens of one prefill call, the engine's memory peak (0: no cap)
+                    max_prefill_tokens=placeholder(int)),
     ))
     return c

@@ -279,6 +279,8 @@ EVAL_MEANINGS: dict[str, str] = {
     "rl.engine.num_pages": "KV pages; None: the run's, else rl_stage's default",
     "rl.engine.prefix_cache": "share prompt-prefix KV between episodes; None: the run's, "
                               "else rl_stage's default (on); False prefills every prompt whole",
+    "rl.engine.max_prefill_tokens": "padded tokens of one prefill call, the engine's memory "
+                                    "peak; None: the run's, else rl_stage's default (0: no cap)",
 }
 
 # Keys whose agentbench_fc value is set by each model file, not by base.py.

@@ -216,6 +216,9 @@ def test_command_line_overrides_the_config():
     assert rl.engine.prefix_cache   # the engine's default, unless the command line says
     uncached = parse_flags("--config.rl.engine.prefix_cache=False")
     assert eval_lib.rl_config(uncached, run).engine.prefix_cache is False
+    capped = parse_flags("--config.rl.engine.max_prefill_tokens=2048")
+    assert rl.engine.max_prefill_tokens == 0   # a run from before the cap: uncapped
+    assert eval_lib.rl_config(capped, run).engine.max_prefill_tokens == 2048
     validation = parse_flags("--config.eval.subset=validation")
     split, select, per_task = eval_lib.index_selection(validation, run)
     assert (split, per_task) == ("train", protocol.VALIDATION_PER_TASK)
