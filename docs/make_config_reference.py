@@ -104,6 +104,8 @@ MEANINGS: dict[str, str] = {
     "sft.tokens_per_step": "demonstration tokens per optimizer step (before padding)",
     "sft.tokens_per_micro": "tokens per packed micro-batch (gradient accumulation)",
     "sft.seq_buckets": "packed row lengths (each a compiled shape)",
+    "sft.auto_buckets": "> 0: that many row lengths chosen from the demonstrations' lengths "
+                        "by sft/plan.py's cost model, in place of seq_buckets",
     "sft.seed": "order of the demonstrations",
     "sft.context_loss_weight": "loss weight of the context tokens (prompt, tools, observations); "
                                "the assistant's weigh 1, 0 = assistant tokens only",

@@ -83,6 +83,19 @@ def _first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[in
     return rows
 
 
+def micro_rows(seq_len: int, tokens_per_micro: int, row_multiple: int = 1) -> int:
+    """Rows of one micro-batch: max(budget // T, row_multiple), a multiple of row_multiple."""
+    rows = max(tokens_per_micro // seq_len, row_multiple)
+    return rows - rows % row_multiple
+
+
+def pack_rows(lengths: Sequence[int], seq_len: int, tokens_per_micro: int,
+              row_multiple: int = 1) -> int:
+    """Rows `pack` makes for trajectories of `lengths` inputs at row length `seq_len`."""
+    per_micro = micro_rows(seq_len, tokens_per_micro, row_multiple)
+    return -(-len(_first_fit_decreasing(lengths, seq_len)) // per_micro) * per_micro
+
+
 def pack(
     trajectories: Sequence[Trajectory],
     seq_buckets: Sequence[int],
@@ -104,8 +117,7 @@ def pack(
     if min(lengths) < 1:
         raise ValueError("a trajectory needs at least 2 tokens (one input, one target)")
     seq_len = pick_bucket(max(lengths), seq_buckets)
-    rows_per_micro = max(tokens_per_micro // seq_len, row_multiple)
-    rows_per_micro -= rows_per_micro % row_multiple
+    rows_per_micro = micro_rows(seq_len, tokens_per_micro, row_multiple)
     bins = _first_fit_decreasing(lengths, seq_len)
     num_micro = -(-len(bins) // rows_per_micro)
     num_rows = num_micro * rows_per_micro

@@ -89,5 +89,7 @@ def stage_config(sft: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config = sft.copy_and_resolve_references()
     config.update(epochs=1, seq_buckets=(copy.length,), tokens_per_step=copy.tokens_per_step,
                   tokens_per_micro=min(copy.tokens_per_step, sft.tokens_per_micro))
+    if "auto_buckets" in config:
+        config.auto_buckets = 0   # the stage's sequences all have one length
     config.optimizer.learning_rate = copy.learning_rate
     return config

@@ -11,7 +11,6 @@ adapters of its own, when it trains LoRA too).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 
 import jax
@@ -24,8 +23,8 @@ from agentrl_jax import stage_clock
 from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rl import train_step
-from agentrl_jax.rl.batch import TrainBatch, Trajectory, pack, pick_bucket
-from agentrl_jax.sft import copy_stage
+from agentrl_jax.rl.batch import TrainBatch, Trajectory, pack
+from agentrl_jax.sft import copy_stage, plan
 from agentrl_jax.sft.trainer import SFTTrainer
 
 StepCallback = Callable[[int, int, dict[str, float]], None]  # (step, total, metrics)
@@ -40,6 +39,9 @@ def default_config() -> ml_collections.ConfigDict:
         tokens_per_step=16384,  # demonstration tokens per optimizer step (before padding)
         tokens_per_micro=8192,
         seq_buckets=(512, 1024, 2048, 4096),
+        # > 0: that many row lengths chosen from the demonstrations' lengths (sft/plan.py's
+        # cost model), in place of seq_buckets
+        auto_buckets=0,
         # loss weight of the demonstrations' context tokens (the assistant's are 1):
         # a language-modelling term on the observations, free in compute (sft/demos.py)
         context_loss_weight=0.0,
@@ -54,33 +56,6 @@ def default_config() -> ml_collections.ConfigDict:
     ))
 
 
-def plan_steps(lengths: Sequence[int], buckets: Sequence[int], tokens_per_step: int,
-               epochs: int, seed: int) -> list[list[int]]:
-    """Trajectory indices of every step: same-bucket groups of about `tokens_per_step` tokens."""
-    rng = random.Random(seed)
-    steps: list[list[int]] = []
-    for _ in range(epochs):
-        by_bucket: dict[int, list[int]] = {}
-        order = list(range(len(lengths)))
-        rng.shuffle(order)
-        for i in order:
-            by_bucket.setdefault(pick_bucket(lengths[i] - 1, buckets), []).append(i)
-        epoch: list[list[int]] = []
-        for members in by_bucket.values():
-            current, size = [], 0
-            for i in members:
-                current.append(i)
-                size += lengths[i]
-                if size >= tokens_per_step:
-                    epoch.append(current)
-                    current, size = [], 0
-            if current:
-                epoch.append(current)
-        rng.shuffle(epoch)
-        steps += epoch
-    return steps
-
-
 def run_sft(
     model,
     trajectories: Sequence[Trajectory],
@@ -93,10 +68,17 @@ def run_sft(
     With LoRA, `model` ends up with the trained adapters merged in (it has none itself).
     """
     lengths = [len(t) for t in trajectories]
-    steps = plan_steps(lengths, config.seq_buckets, config.tokens_per_step, config.epochs,
-                       config.seed)
+    row_multiple = mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
+    buckets = tuple(config.seq_buckets)
+    if config.get("auto_buckets", 0):
+        buckets = plan.choose_buckets(
+            lengths, int(config.auto_buckets), tokens_per_step=config.tokens_per_step,
+            tokens_per_micro=config.tokens_per_micro, weight=plan.attention_weight(model.cfg),
+            seed=config.seed, row_multiple=row_multiple)
+        print(f"warm start: row lengths {buckets}, chosen from {len(lengths)} lengths")
+    steps = plan.plan_steps(lengths, buckets, config.tokens_per_step, config.epochs, config.seed)
     tcfg = train_step.default_config()
-    tcfg.update(seq_buckets=tuple(config.seq_buckets), tokens_per_micro=config.tokens_per_micro)
+    tcfg.update(seq_buckets=buckets, tokens_per_micro=config.tokens_per_micro)
     tcfg.optimizer = config.optimizer.copy_and_resolve_references()
     if "lora" in config:
         tcfg.lora = config.lora.copy_and_resolve_references()
@@ -105,10 +87,9 @@ def run_sft(
     tcfg.optimizer.total_steps = max(len(steps), tcfg.optimizer.warmup_steps + 1)
     trainer = SFTTrainer(model, tcfg, mesh)
     state = trainer.init_state(config.seed)
-    row_multiple = mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
     metrics: dict[str, float] = {}
     for k, members in enumerate(steps, start=1):
-        micro, num_tokens = pack([trajectories[i] for i in members], config.seq_buckets,
+        micro, num_tokens = pack([trajectories[i] for i in members], buckets,
                                  config.tokens_per_micro, row_multiple)
         state, metrics = trainer.step(state, micro, num_tokens)
         metrics["demo_tokens"] = float(sum(lengths[i] for i in members))

@@ -47,3 +47,13 @@ def test_pack_pads_rows_to_whole_micro_batches():
     assert [m.shape for m in micro] == [(2, 8)] * 3
     assert micro[-1].segment_ids[1].sum() == 0  # the padding row
     assert n == 5 * 8
+
+
+@pytest.mark.parametrize("lengths,seq_len,budget,multiple", [
+    ([8, 8, 8, 8, 8], 8, 16, 2), ([3, 2, 5, 1, 7, 4], 8, 24, 1), ([30, 1, 1], 32, 16, 4)])
+def test_pack_rows_counts_the_rows_pack_makes(lengths, seq_len, budget, multiple):
+    trajs = [traj(list(range(n + 1)), [1] * (n + 1)) for n in lengths]
+    micro, _ = batch_lib.pack(trajs, (seq_len,), tokens_per_micro=budget, row_multiple=multiple)
+    rows = sum(m.shape[0] for m in micro)
+    assert batch_lib.pack_rows(lengths, seq_len, budget, multiple) == rows
+    assert micro[0].shape[0] == batch_lib.micro_rows(seq_len, budget, multiple)

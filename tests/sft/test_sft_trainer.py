@@ -1,4 +1,4 @@
-"""The SFT loss by hand, the step plan, and that a tiny model learns its demonstrations."""
+"""The SFT loss by hand, and that a tiny model learns its demonstrations."""
 
 import jax
 import jax.numpy as jnp
@@ -20,16 +20,6 @@ def test_masked_nll_is_the_global_token_mean():
     expected = -(np.log(0.5) + np.log(0.25) + np.log(1.0)) / 6
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
     np.testing.assert_allclose(metrics["confident_token_frac"], 1 / 6, rtol=1e-6)  # only p=1.0
-
-
-def test_plan_steps_groups_by_bucket_and_covers_every_epoch():
-    lengths = [100, 900, 120, 1000, 300, 80]
-    steps = stage.plan_steps(lengths, (256, 1024), tokens_per_step=1000, epochs=2, seed=1)
-    seen = sorted(i for s in steps for i in s)
-    assert seen == sorted(list(range(6)) * 2)
-    for members in steps:   # one row length per step
-        assert len({256 if lengths[i] - 1 <= 256 else 1024 for i in members}) == 1
-    assert steps == stage.plan_steps(lengths, (256, 1024), 1000, 2, seed=1)
 
 
 PROMPT, REPLY = [1, 5, 7, 9], [3, 4, 3, 4, 2]
@@ -87,3 +77,16 @@ def test_lora_sft_learns_the_reply_and_merges_it_into_the_model():
     assert np.abs(after["layers"]["q_proj"] - before["layers"]["q_proj"]).max() > 0
     logits = _reply_logits(model, traj)
     np.testing.assert_array_equal(np.asarray(jnp.argmax(logits[0, 3:8], -1)), REPLY)
+
+
+def test_auto_buckets_replace_the_configured_row_lengths(capsys):
+    cfg = ModelConfig.tiny("llama", vocab_size=32, max_position_embeddings=256)
+    model = Decoder(cfg, rngs=nnx.Rngs(0))
+    traj, mesh, config = _fixed_reply_setup()
+    # (4,) cannot hold the 8-token inputs: only the chosen row length lets the stage run.
+    config.update(seq_buckets=(4,), auto_buckets=2, epochs=2, tokens_per_micro=128)
+    losses = []
+    stage.run_sft(model, [traj] * 2, config, mesh,
+                  on_step=lambda step, total, m: losses.append(m["loss"]))
+    assert len(losses) == 2 and np.isfinite(losses).all()
+    assert "row lengths (128,)" in capsys.readouterr().out
