@@ -2,7 +2,10 @@
 
 (a) decode: ours vs HF transformers `generate` on SmolLM2-135M-Instruct (same weights, CPU, fp32),
     batch 1 / 8 / 32, 128-token prompts, 128 new tokens forced (greedy, no stop tokens). Both
-    timings are whole `generate` calls (prefill + decode).
+    timings are whole `generate` calls (prefill + decode). Where Tunix's environment exists
+    (`scripts/setup_tunix.sh`: `.venv-tunix`, or `$AGENTRL_JAX_TUNIX_PYTHON`), Tunix's sampler
+    runs the same prompts on the same weights in a subprocess (`benchmarks/tunix_generate.py`)
+    and `decode_vs_tunix_bB` is the ratio; otherwise the run says it skipped Tunix.
 (b) multi-turn: episodes of 8 turns, each appending 128 environment tokens and generating 64;
     sessions kept across turns (KV reuse) against re-prefilling the whole stream every turn;
     `multiturn_ceiling_free_prefill` is the ratio if the reuse run's prefill cost nothing
@@ -110,7 +113,39 @@ def load_hf_baseline(path: pathlib.Path):
     return best[1], best[2]
 
 
-def bench_decode(model, hf_model, batch: int, prompt_len: int, new: int) -> dict:
+def tunix_python() -> pathlib.Path | None:
+    """Tunix's interpreter (`$AGENTRL_JAX_TUNIX_PYTHON`, else `.venv-tunix`), if it has Tunix."""
+    import subprocess
+
+    default = pathlib.Path(__file__).resolve().parent.parent / ".venv-tunix" / "bin" / "python"
+    path = pathlib.Path(os.environ.get("AGENTRL_JAX_TUNIX_PYTHON") or default)
+    if not path.exists():
+        return None
+    found = subprocess.run([str(path), "-c", "import tunix.generate.sampler"],
+                           capture_output=True, check=False)
+    return path if found.returncode == 0 else None
+
+
+def tunix_generate(python: pathlib.Path, path: pathlib.Path, ps: list[list[int]],
+                   new: int) -> dict:
+    """Tunix's whole generate call on `ps` (`benchmarks/tunix_generate.py`, its own process)."""
+    import subprocess
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as request:
+        json.dump({"model_dir": str(path), "prompts": ps, "new_tokens": new}, request)
+        request.flush()
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        done = subprocess.run([str(python), str(pathlib.Path(__file__).with_name(
+            "tunix_generate.py")), request.name], capture_output=True, text=True, env=env,
+            check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"Tunix's sampler failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_decode(model, hf_model, batch: int, prompt_len: int, new: int,
+                 tunix: tuple[pathlib.Path, pathlib.Path] | None = None) -> dict:
+    """Ours against HF (and Tunix, with `tunix` = (its python, the model dir)) at `batch`."""
     import torch
 
     cfg = EngineConfig(
@@ -140,7 +175,18 @@ def bench_decode(model, hf_model, batch: int, prompt_len: int, new: int) -> dict
             hf_t.append(timed(lambda: hf_model.generate(inputs, **kwargs)))
     ours, hf = batch * new / min(ours_t), batch * new / min(hf_t)
     print(f"decode b{batch}: ours {ours:.1f} tok/s, HF {hf:.1f} tok/s, ratio {ours / hf:.2f}")
-    return {"ours_tok_s": ours, "hf_tok_s": hf, "ratio": ours / hf}
+    result = {"ours_tok_s": ours, "hf_tok_s": hf, "ratio": ours / hf}
+    if tunix is not None:
+        theirs = tunix_generate(*tunix, ps, new)
+        mine = [r.tokens for r in engine.generate(requests)]
+        # Same weights, greedy: the share of rows whose first 16 tokens agree says so.
+        agree = float(np.mean([list(a[:16]) == list(b[:16])
+                               for a, b in zip(mine, theirs["tokens"], strict=True)]))
+        result.update(tunix_tok_s=theirs["tok_s"], vs_tunix=ours / theirs["tok_s"],
+                      tunix_rows_agree_16=agree, tunix_version=theirs["tunix_version"])
+        print(f"decode b{batch}: Tunix {theirs['tok_s']:.1f} tok/s, ours/Tunix "
+              f"{ours / theirs['tok_s']:.2f} (first 16 tokens agree on {agree:.0%} of rows)")
+    return result
 
 
 def bench_multiturn(model, episodes: int, turns: int, env_tokens: int, new: int) -> dict:
@@ -388,10 +434,16 @@ def main():
     if hf_attention is not None:
         out["hf_baseline"] = hf_attention
     if "decode" in parts:
+        python = tunix_python()
+        if python is None:
+            print("Tunix skipped: no .venv-tunix with Tunix (scripts/setup_tunix.sh makes one)")
         for b in (int(x) for x in args.batches.split(",")):
-            r = bench_decode(model, hf_model, b, prompt_len, new)
+            r = bench_decode(model, hf_model, b, prompt_len, new,
+                             tunix=None if python is None else (python, path))
             out[f"decode_b{b}"] = r
             out[f"decode_vs_hf_b{b}"] = r["ratio"]
+            if "vs_tunix" in r:
+                out[f"decode_vs_tunix_b{b}"] = r["vs_tunix"]
     del hf_model
     if "multiturn" in parts:
         mt = bench_multiturn(model, episodes=2 if q else 8, turns=3 if q else 8,
