@@ -23,7 +23,8 @@ resident memory, and the machine.
 A run made elsewhere with `AGENTRL_JAX_STAGE_CLOCK=PATH` set (the README's first command in a
 fresh clone, say) is summarised the same way, without running anything:
 
-    python -m benchmarks.main_job --from-run RUN_DIR --clock PATH --name main_job_default_first
+    python -m benchmarks.main_job --from-run RUN_DIR --clock PATH --name main_job_default_first \
+        [--time-log LOG]   # LOG: that command's `/usr/bin/time -v` report (peak RSS, wall clock)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import resource
 import subprocess
 import sys
@@ -107,6 +109,21 @@ def launch(args: argparse.Namespace):
     return clocked, stages, records, figures
 
 
+def gnu_time_figures(text: str) -> dict[str, float]:
+    """`peak_rss_gb` and `command_wall_seconds` from GNU `time -v`'s report."""
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
+    figures = {}
+    if rss:
+        figures["peak_rss_gb"] = int(rss.group(1)) / 2**20
+    if wall:
+        seconds = 0.0
+        for part in wall.group(1).split(":"):
+            seconds = seconds * 60 + float(part)
+        figures["command_wall_seconds"] = seconds
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=("fast", "default"), default="fast")
@@ -119,6 +136,9 @@ def main() -> None:
                         help="summarise this finished run instead of running one (needs --clock)")
     parser.add_argument("--clock", type=pathlib.Path, default=None,
                         help="the stage clock's JSON of --from-run")
+    parser.add_argument("--time-log", type=pathlib.Path, default=None,
+                        help="GNU `time -v` output of --from-run's command: its peak RSS and "
+                             "wall clock (set-up included)")
     parser.add_argument("--name", default="main_job", help="benchmarks/results/NAME.json")
     args = parser.parse_args()
 
@@ -129,7 +149,9 @@ def main() -> None:
         if args.clock is None:
             parser.error("--from-run needs --clock")
         clocked, stages, records = read_run(args.from_run, args.clock)
-        figures: dict[str, object] = {"config": "as run", "from_run": str(args.from_run)}
+        figures: dict[str, object] = {"config": "as run", "from_run": args.from_run.name}
+        if args.time_log is not None:
+            figures.update(gnu_time_figures(args.time_log.read_text()))
     else:
         clocked, stages, records, figures = launch(args)
     splits = stage_clock.from_json(clocked["stages"])
