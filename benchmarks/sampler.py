@@ -6,6 +6,8 @@
     (`scripts/setup_tunix.sh`: `.venv-tunix`, or `$AGENTRL_JAX_TUNIX_PYTHON`), Tunix's sampler
     runs the same prompts on the same weights in a subprocess (`benchmarks/tunix_generate.py`)
     and `decode_vs_tunix_bB` is the ratio; otherwise the run says it skipped Tunix.
+    `decode_vs_weights_ceiling_bB`: ours against one matmul of the batch with all the weights
+    (`weights_ceiling_tok_s`), the bound that memory bandwidth or FLOPs put on any sampler.
 (b) multi-turn: episodes of 8 turns, each appending 128 environment tokens and generating 64;
     sessions kept across turns (KV reuse) against re-prefilling the whole stream every turn;
     `multiturn_ceiling_free_prefill` is the ratio if the reuse run's prefill cost nothing
@@ -78,6 +80,26 @@ def timed(fn) -> float:
     elapsed = time.perf_counter() - start
     TIMED_COMPILES[0] += len(COMPILES) - before
     return elapsed
+
+
+def weights_ceiling_tok_s(cfg: ModelConfig, batch: int, repeats: int = 5) -> float:
+    """Tokens/s if a decode step cost only one matmul of `batch` rows with all the model's
+    weights at once ([batch, hidden] @ [hidden, N / hidden], the same bytes, in one XLA dot):
+    what streaming the weights (at batch 1) or their FLOPs (at batch) allow on this machine.
+    Every real step does at least this and more (30 layers' smaller matmuls, attention over the
+    KV, sampling), so no sampler on these weights in this dtype can beat it."""
+    import jax.numpy as jnp
+
+    w = jnp.ones((cfg.hidden_size, cfg.num_params() // cfg.hidden_size), jnp.float32)
+    x = jnp.ones((batch, cfg.hidden_size), jnp.float32)
+    matmul = jax.jit(jnp.matmul)
+    matmul(x, w).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(x, w).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return batch / best
 
 
 def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -175,7 +197,11 @@ def bench_decode(model, hf_model, batch: int, prompt_len: int, new: int,
             hf_t.append(timed(lambda: hf_model.generate(inputs, **kwargs)))
     ours, hf = batch * new / min(ours_t), batch * new / min(hf_t)
     print(f"decode b{batch}: ours {ours:.1f} tok/s, HF {hf:.1f} tok/s, ratio {ours / hf:.2f}")
-    result = {"ours_tok_s": ours, "hf_tok_s": hf, "ratio": ours / hf}
+    ceiling = weights_ceiling_tok_s(model.cfg, batch)
+    print(f"decode b{batch}: one matmul over all the weights allows {ceiling:.1f} tok/s; ours is "
+          f"{ours / ceiling:.0%} of it")
+    result = {"ours_tok_s": ours, "hf_tok_s": hf, "ratio": ours / hf,
+              "weights_ceiling_tok_s": ceiling, "vs_weights_ceiling": ours / ceiling}
     if tunix is not None:
         theirs = tunix_generate(*tunix, ps, new)
         mine = [r.tokens for r in engine.generate(requests)]
@@ -442,6 +468,7 @@ def main():
                              tunix=None if python is None else (python, path))
             out[f"decode_b{b}"] = r
             out[f"decode_vs_hf_b{b}"] = r["ratio"]
+            out[f"decode_vs_weights_ceiling_b{b}"] = r["vs_weights_ceiling"]
             if "vs_tunix" in r:
                 out[f"decode_vs_tunix_b{b}"] = r["vs_tunix"]
     del hf_model
