@@ -4,6 +4,10 @@ Same batch, same run (each part in its own subprocess, so each peak RSS is its o
   * train step: one policy-gradient step (forward, backward, AdamW), fp32, batch × length
     tokens, full parameters vs adapters over a frozen base: `lora_vs_full_step` (seconds ratio,
     median of `--steps` after a warm-up step), `full_peak_rss_mb`, `lora_peak_rss_mb`;
+  * profile (`profile_part`): the loss's forward, its gradient in every weight, in the
+    layers' norm scales only (the frozen base's floor: activations' gradients, no weight
+    gradients) and in the adapters, each timed alone: `frozen_base_floor_vs_full_grad` is the
+    best any adapter method can do on this base, `lora_grad_vs_full_grad` what LoRA does;
   * weight update: bytes one sync carries, `full_sync_bytes` (the sampler-layout weights) vs
     `lora_sync_bytes` (the adapter tree);
   * FLOPs of one step (XLA's cost analysis of the compiled gradient and optimizer update):
@@ -78,6 +82,72 @@ def train_part(mode: str, batch: int, length: int, steps: int) -> dict:
     sync_bytes = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state)).nbytes
     return {"step_s": statistics.median(times[1:]), "peak_rss_mb": _peak_rss_mb(),
             "sync_bytes": sync_bytes}
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    """Median wall time of `fn()` (blocked on its result) after one call that compiles."""
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def profile_part(batch: int, length: int, repeats: int) -> dict:
+    """Where the LoRA step's time goes, as differences of four programs on one loss
+    (−Σ log π(targets)), timed in one process:
+
+      forward: the log-probs alone;
+      full_grad: ∂/∂ every weight;
+      base_backward: ∂/∂ the layers' input-norm scales only, which needs the activations'
+        gradient through every layer but none of the weight-gradient matmuls: the floor under
+        any adapter method on this frozen base;
+      lora_grad: ∂/∂ the adapters (rank 16, every projection).
+
+    So full_grad − base_backward is what freezing the base can save at most, and
+    lora_grad − base_backward is what the adapters cost on top of that floor.
+    """
+    from agentrl_jax.parallel.mesh import make_mesh
+    from agentrl_jax.rl import train_step as ts
+
+    mesh = make_mesh(devices=jax.devices()[:1])
+
+    def trainer(lora: bool):
+        c = ts.default_config()
+        c.seq_buckets, c.tokens_per_micro = (length,), batch * length
+        if lora:
+            _lora_config(c)
+        t = ts.Trainer(_base(), c, mesh)
+        return t, t.init_state().params, _batch(batch, length, t.model_view().cfg.vocab_size)
+
+    def loss(t, p, mb):
+        return -t.logprobs(p, mb)[0].sum()
+
+    def full_programs() -> dict:
+        t, params, mb = trainer(lora=False)
+
+        def norms_loss(norms):
+            return loss(t, {**params, "layers": {**params["layers"], "input_norm": norms}}, mb)
+
+        full_grad = jax.jit(jax.grad(lambda p: loss(t, p, mb)))
+        base_backward = jax.jit(jax.grad(norms_loss))
+        return {
+            "forward_s": _median_seconds(lambda: t.logprobs(params, mb)[0], repeats),
+            "full_grad_s": _median_seconds(lambda: full_grad(params), repeats),
+            "base_backward_s": _median_seconds(
+                lambda: base_backward(params["layers"]["input_norm"]), repeats),
+        }
+
+    def lora_programs() -> dict:
+        t, adapters, mb = trainer(lora=True)
+        lora_grad = jax.jit(jax.grad(lambda p: loss(t, p, mb)))
+        return {"lora_forward_s": _median_seconds(lambda: t.logprobs(adapters, mb)[0], repeats),
+                "lora_grad_s": _median_seconds(lambda: lora_grad(adapters), repeats)}
+
+    out = {**full_programs(), **lora_programs()}
+    return {f"profile_{k}": v for k, v in out.items()}
 
 
 def _gflop(compiled) -> float:
@@ -183,7 +253,7 @@ def _subprocess(*args: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", choices=["train", "flops", "decode"])
+    parser.add_argument("--part", choices=["train", "flops", "decode", "profile"])
     parser.add_argument("--mode", choices=["full", "lora"], default="full")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
@@ -202,12 +272,17 @@ def main() -> None:
     if args.part == "decode":
         print(json.dumps(decode_part(args.decode_batch, args.prompt, args.new, args.rounds)))
         return
+    if args.part == "profile":
+        print(json.dumps(profile_part(args.batch, args.length, args.steps)))
+        return
     train = ("--part", "train", "--batch", str(args.batch), "--length", str(args.length),
              "--steps", str(args.steps))
     full = _subprocess(*train, "--mode", "full")
     lora = _subprocess(*train, "--mode", "lora")
     flops = _subprocess("--part", "flops", "--batch", str(args.batch), "--length",
                         str(args.length))
+    profile = _subprocess("--part", "profile", "--batch", str(args.batch), "--length",
+                          str(args.length), "--steps", str(args.steps))
     decode = _subprocess("--part", "decode", "--decode_batch", str(args.decode_batch),
                          "--prompt", str(args.prompt), "--new", str(args.new),
                          "--rounds", str(args.rounds))
@@ -216,6 +291,10 @@ def main() -> None:
         "full_step_s": full["step_s"], "lora_step_s": lora["step_s"],
         "lora_vs_full_flops": flops["lora_step_gflop"] / flops["full_step_gflop"], **flops,
         "full_peak_rss_mb": full["peak_rss_mb"], "lora_peak_rss_mb": lora["peak_rss_mb"],
+        **profile,
+        "lora_grad_vs_full_grad": profile["profile_lora_grad_s"] / profile["profile_full_grad_s"],
+        "frozen_base_floor_vs_full_grad":
+            profile["profile_base_backward_s"] / profile["profile_full_grad_s"],
         "full_sync_bytes": full["sync_bytes"], "lora_sync_bytes": lora["sync_bytes"],
         "lora_decode_vs_base": decode["unmerged_decode_tok_s"] / decode["base_decode_tok_s"],
         "merged_decode_vs_base": decode["merged_decode_tok_s"] / decode["base_decode_tok_s"],
