@@ -35,6 +35,7 @@ import json
 import os
 import pathlib
 import platform
+import subprocess
 import tempfile
 import time
 
@@ -94,12 +95,7 @@ def weights_ceiling_tok_s(cfg: ModelConfig, batch: int, repeats: int = 5) -> flo
     x = jnp.ones((batch, cfg.hidden_size), jnp.float32)
     matmul = jax.jit(jnp.matmul)
     matmul(x, w).block_until_ready()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul(x, w).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return batch / best
+    return batch / min(timed(lambda: matmul(x, w).block_until_ready()) for _ in range(repeats))
 
 
 def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -137,8 +133,6 @@ def load_hf_baseline(path: pathlib.Path):
 
 def tunix_python() -> pathlib.Path | None:
     """Tunix's interpreter (`$AGENTRL_JAX_TUNIX_PYTHON`, else `.venv-tunix`), if it has Tunix."""
-    import subprocess
-
     default = pathlib.Path(__file__).resolve().parent.parent / ".venv-tunix" / "bin" / "python"
     path = pathlib.Path(os.environ.get("AGENTRL_JAX_TUNIX_PYTHON") or default)
     if not path.exists():
@@ -151,8 +145,6 @@ def tunix_python() -> pathlib.Path | None:
 def tunix_generate(python: pathlib.Path, path: pathlib.Path, ps: list[list[int]],
                    new: int) -> dict:
     """Tunix's whole generate call on `ps` (`benchmarks/tunix_generate.py`, its own process)."""
-    import subprocess
-
     with tempfile.NamedTemporaryFile("w", suffix=".json") as request:
         json.dump({"model_dir": str(path), "prompts": ps, "new_tokens": new}, request)
         request.flush()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from agentrl_jax.experiment import demonstrations
 from agentrl_jax.experiment import policy as policy_lib
-from agentrl_jax.rl.batch import pack_rows, pick_bucket
 from agentrl_jax.sft import copy_swap, plan
 from agentrl_jax.sft import demos as demos_lib
 from benchmarks.machine_info import write_result
@@ -36,10 +35,9 @@ def demo_lengths(config) -> tuple[list[int], float]:
 
 def plan_figures(lengths: list[int], buckets: tuple[int, ...], sft, weight: float) -> dict:
     steps = plan.plan_steps(lengths, buckets, sft.tokens_per_step, sft.epochs, sft.seed)
-    row_lengths = [pick_bucket(max(lengths[i] - 1 for i in m), buckets) for m in steps]
-    padded = sum(pack_rows([lengths[i] - 1 for i in m], t, sft.tokens_per_micro) * t
-                 for m, t in zip(steps, row_lengths, strict=True))
-    return {"buckets": " ".join(map(str, buckets)), "shapes": len(set(row_lengths)),
+    shapes = plan.step_shapes(lengths, buckets, steps, sft.tokens_per_micro)
+    padded = sum(rows * seq_len for rows, seq_len in shapes)
+    return {"buckets": " ".join(map(str, buckets)), "shapes": len({t for _, t in shapes}),
             "steps": len(steps), "padded_tokens": padded,
             "padding_share": 1 - sum(lengths[i] - 1 for m in steps for i in m) / padded,
             "cost": plan.plan_cost(lengths, buckets, steps, sft.tokens_per_micro, 1, weight)}

@@ -56,16 +56,23 @@ def attention_weight(cfg: ModelConfig) -> float:
     return cfg.num_layers * cfg.q_dim / cfg.num_params()
 
 
-def plan_cost(lengths: Sequence[int], buckets: Sequence[int], steps: Sequence[Sequence[int]],
-              tokens_per_micro: int, row_multiple: int, weight: float) -> float:
-    """Σ over `steps` (trajectory indices) of cost(R, T): rows as `rl.batch.pack` makes them."""
-    total = 0.0
+def step_shapes(lengths: Sequence[int], buckets: Sequence[int],
+                steps: Sequence[Sequence[int]], tokens_per_micro: int,
+                row_multiple: int = 1) -> list[tuple[int, int]]:
+    """(rows R, row length T) of each of `steps` (trajectory indices), as `rl.batch.pack` packs."""
+    shapes = []
     for members in steps:
         inputs = [lengths[i] - 1 for i in members]
         seq_len = pick_bucket(max(inputs), buckets)
-        rows = pack_rows(inputs, seq_len, tokens_per_micro, row_multiple)
-        total += rows * seq_len * (1.0 + weight * seq_len)
-    return total
+        shapes.append((pack_rows(inputs, seq_len, tokens_per_micro, row_multiple), seq_len))
+    return shapes
+
+
+def plan_cost(lengths: Sequence[int], buckets: Sequence[int], steps: Sequence[Sequence[int]],
+              tokens_per_micro: int, row_multiple: int, weight: float) -> float:
+    """Σ over `steps` of cost(R, T), with each step's shape from `step_shapes`."""
+    return sum(rows * seq_len * (1.0 + weight * seq_len) for rows, seq_len in
+               step_shapes(lengths, buckets, steps, tokens_per_micro, row_multiple))
 
 
 def choose_buckets(lengths: Sequence[int], count: int, *, tokens_per_step: int,
