@@ -9,6 +9,8 @@ The micro-batch loop is a Python loop around one jitted `accumulate`, not a `lax
 batch's token count (hence its number of micro-batches) changes every step, and a scan would
 recompile for each count or pad with empty micro-batches. Micro-batch shapes come from the few
 buckets of `rl.batch.pack`, so after warm-up nothing recompiles; `num_traces` counts traces.
+The first micro-batch's gradient is the accumulator itself (no zero tree to fill and add to):
+at 135M fp32 parameters the zeros and the add were ~0.3 s of a ~4.6 s step.
 
 Parameters are fp32 master weights in a pure pytree, sharded by their logical axes over the
 trainer mesh (data × fsdp × tensor); the optimizer moments share the parameters' shardings; the
@@ -136,7 +138,10 @@ class Trainer:
     ):
         self.config = config
         self.mesh = mesh
-        self.num_traces = 0  # incremented at trace time: a recompilation counter
+        # Incremented at trace time, recompilation counters: of the gradient program every
+        # step runs once (its first micro-batch), and of the one adding further micro-batches.
+        self.num_traces = 0
+        self.num_accumulate_traces = 0
         model = with_trainer_adapters(model, config)
         self.lora = model.cfg.lora if lora_of(config) is not None else None
         graphdef, state = nnx.split(model)
@@ -187,6 +192,8 @@ class Trainer:
             self.replicated, self.replicated,  # type: ignore[arg-type]
         )
         self._init_opt = jax.jit(self.tx.init, out_shardings=self.opt_shardings)
+        self._gradient = jax.jit(
+            self._gradient_impl, out_shardings=(self.param_shardings, self.replicated))
         self._accumulate = jax.jit(
             self._accumulate_impl, donate_argnums=(1,),
             out_shardings=(self.param_shardings, self.replicated),
@@ -196,10 +203,6 @@ class Trainer:
             out_shardings=(self.state_shardings, self.replicated),
         )
         self._logprobs = jax.jit(self._logprobs_impl)
-        self._zeros = jax.jit(
-            lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), self._abstract_params),
-            out_shardings=self.param_shardings,
-        )
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -296,14 +299,20 @@ class Trainer:
             loss_cfg, prox_logp=prox, ref_logp=ref, entropy=entropy,
         )
 
-    def _accumulate_impl(self, params, grads, batch, num_tokens, ref_params, frozen):
-        self.num_traces += 1
-
+    def _micro_gradient(self, params, batch, num_tokens, ref_params, frozen):
         def loss(trainable):  # differentiated in the trainable tree only; the base is frozen
             full = lora_lib.combine(frozen, trainable)
             return self._micro_loss(full, batch, num_tokens, ref_params)
 
-        g, metrics = jax.grad(loss, has_aux=True)(params)
+        return jax.grad(loss, has_aux=True)(params)
+
+    def _gradient_impl(self, params, batch, num_tokens, ref_params, frozen):
+        self.num_traces += 1
+        return self._micro_gradient(params, batch, num_tokens, ref_params, frozen)
+
+    def _accumulate_impl(self, params, grads, batch, num_tokens, ref_params, frozen):
+        self.num_accumulate_traces += 1
+        g, metrics = self._micro_gradient(params, batch, num_tokens, ref_params, frozen)
         return jax.tree.map(jnp.add, grads, g), metrics
 
     def _apply_impl(self, state: TrainState, grads):
@@ -324,21 +333,19 @@ class Trainer:
         """(log π_θ(targets), entropy) [B, T]: e.g. proximal log-probs before an update."""
         return self._logprobs(params, self.shard_batch(batch), self.frozen_params)
 
-    def zero_grads(self) -> Params:
-        return self._zeros()
-
     def gradients(
         self, params: Params, micro_batches: list[TrainBatch], num_loss_tokens: float
     ) -> tuple[Params, dict[str, jax.Array]]:
         """∇ of the global token-mean loss, accumulated over micro-batches, and loss metrics."""
-        grads = self.zero_grads()
+        if not micro_batches:
+            raise ValueError("a gradient needs at least one micro-batch")
         num_tokens = jnp.asarray(num_loss_tokens, jnp.float32)
-        per_micro = []
-        for mb in micro_batches:
-            grads, m = self._accumulate(
-                params, grads, self.shard_batch(mb), num_tokens, self.ref_params,
-                self.frozen_params,
-            )
+        inputs = (num_tokens, self.ref_params, self.frozen_params)
+        first, *rest = micro_batches
+        grads, m = self._gradient(params, self.shard_batch(first), *inputs)
+        per_micro = [m]
+        for mb in rest:
+            grads, m = self._accumulate(params, grads, self.shard_batch(mb), *inputs)
             per_micro.append(m)
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_micro)
         return grads, losses.reduce_metrics(stacked)

@@ -107,7 +107,9 @@ def test_no_recompilation_within_buckets(mesh):
         trajs = make_trajs(10 + seed, n=8 + 4 * seed, max_len=30)
         micro, n = batch_lib.pack(trajs, (16, 32), 64, 4)
         state, _ = trainer.step(state, micro, n)
+        assert len(micro) > 1  # so both the gradient and the accumulating program run
     assert trainer.num_traces == 1
+    assert trainer.num_accumulate_traces == 1
     micro, n = batch_lib.pack(make_trajs(20, max_len=12), (16, 32), 64, 4)  # bucket 16
     state, _ = trainer.step(state, micro, n)
     assert trainer.num_traces == 2
@@ -184,3 +186,8 @@ def test_kl_without_reference_is_an_error(model, mesh):
     micro, n = batch_lib.pack(make_trajs(7), (16, 32), 64, 4)
     with pytest.raises(ValueError, match="reference"):
         trainer.gradients(trainer.init_state().params, micro, n)
+
+
+def test_gradients_of_no_micro_batches_is_an_error(trainer):
+    with pytest.raises(ValueError, match="at least one micro-batch"):
+        trainer.gradients(trainer.init_state().params, [], 1.0)
