@@ -5,12 +5,13 @@ One optimizer step over a batch that arrives as a list of packed micro-batches (
   for each micro-batch m:   G += ∇_θ L_m(θ),   L_m = Σ_{t in m} mask_t l_t / N_global
   θ, opt = AdamW(clip(G))                      (so G is the gradient of the global token mean)
 
-The micro-batch loop is a Python loop around one jitted `accumulate`, not a `lax.scan`: an RL
+The micro-batch loop is a Python loop around two jitted programs, not a `lax.scan`: the first
+micro-batch's gradient, which becomes the accumulator (no zero tree of the parameters' size to
+fill and add to: `benchmarks/first_gradient.py`), then `accumulate` for each further one. An RL
 batch's token count (hence its number of micro-batches) changes every step, and a scan would
 recompile for each count or pad with empty micro-batches. Micro-batch shapes come from the few
-buckets of `rl.batch.pack`, so after warm-up nothing recompiles; `num_traces` counts traces.
-The first micro-batch's gradient is the accumulator itself (no zero tree to fill and add to):
-at 135M fp32 parameters the zeros and the add were ~0.3 s of a ~4.6 s step.
+buckets of `rl.batch.pack`, so after warm-up nothing recompiles; `num_traces` and
+`num_accumulate_traces` count the two programs' traces.
 
 Parameters are fp32 master weights in a pure pytree, sharded by their logical axes over the
 trainer mesh (data × fsdp × tensor); the optimizer moments share the parameters' shardings; the
