@@ -218,6 +218,9 @@ MEANINGS: dict[str, str] = {
     "rl.trainer.loss.entropy_coef": "entropy bonus weight",
     # rl.advantages, rl.checkpoint
     "rl.advantages.incomplete_penalty": "reward of every episode that does not end `completed`",
+    "rl.advantages.penalty_needs_reward": "the penalty only in groups where some completed "
+                                          "episode earned a reward (elsewhere giving up early "
+                                          "and running out of turns are equal)",
     "rl.advantages.eps": "ε in the GRPO and task normalisation denominators",
     "rl.advantages.task_adv_norm": "task advantage normalisation: z-score the token "
                                    "advantages of each task in the batch",

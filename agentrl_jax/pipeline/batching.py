@@ -76,10 +76,14 @@ def training_masks(rollouts: Sequence[Rollout]) -> tuple[list[bool], list[bool]]
 def has_reward_variance(group: Sequence[Rollout], adv_config: ml_collections.ConfigDict
                         ) -> bool:
     """Whether the group's valid members have at least two distinct shaped rewards (the
-    incomplete-episode penalty applied): only then is its GRPO advantage nonzero."""
-    rewards, weights = adv_lib.shape_rewards([r.reward for r in group], *training_masks(group),
-                                             incomplete_penalty=adv_config.incomplete_penalty)
-    keep = adv_lib.zero_variance_group_mask(rewards, np.zeros(len(group), np.int64), weights)
+    incomplete-episode penalty applied, as `rl.advantages.compute_advantages` applies it):
+    only then is its GRPO advantage nonzero."""
+    rewards = [r.reward for r in group]
+    completed, valid = training_masks(group)
+    one_group = np.zeros(len(group), np.int64)
+    penalties = adv_lib.incomplete_penalties(rewards, completed, valid, one_group, adv_config)
+    shaped, weights = adv_lib.shape_rewards(rewards, completed, valid, penalties)
+    keep = adv_lib.zero_variance_group_mask(shaped, one_group, weights)
     return bool(keep.any())
 
 

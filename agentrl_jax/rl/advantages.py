@@ -28,6 +28,9 @@ def default_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
         dict(
             incomplete_penalty=-0.2,
+            # True: the penalty applies only in groups where some episode earned a reward
+            # (`incomplete_penalties`); off in AgentRL's configs.
+            penalty_needs_reward=False,
             eps=1e-6,
             task_adv_norm=True,
             filter_zero_variance=False,
@@ -39,14 +42,16 @@ def shape_rewards(
     rewards: Sequence[float] | np.ndarray,
     completed: Sequence[bool] | np.ndarray,
     valid: Sequence[bool] | np.ndarray,
-    incomplete_penalty: float = -0.2,
+    incomplete_penalty: float | np.ndarray = -0.2,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Applies the incomplete-episode penalty and masks invalid episodes.
 
     R'_g = 0                     if not valid_g
          = R_g                   if completed_g
-         = incomplete_penalty    otherwise (context limit, invalid action, turn limit, ...)
+         = incomplete_penalty_g  otherwise (context limit, invalid action, turn limit, ...)
     w_g  = 1[valid_g]
+
+    `incomplete_penalty` is one value for all, or one per trajectory (`incomplete_penalties`).
 
     A masked episode keeps R' = 0 so it cannot leak into any statistic by accident; every
     downstream function also ignores it through w.
@@ -62,12 +67,43 @@ def shape_rewards(
     rewards = np.asarray(rewards, dtype=np.float64)
     completed = np.asarray(completed, dtype=bool)
     masked = ~np.asarray(valid, dtype=bool)
+    if np.ndim(incomplete_penalty) and np.shape(incomplete_penalty) != rewards.shape:
+        raise ValueError(f"incomplete_penalty {np.shape(incomplete_penalty)} must be a scalar "
+                         f"or one per reward {rewards.shape}")
     if not rewards.shape == completed.shape == masked.shape == (len(rewards),):
         raise ValueError(f"rewards {rewards.shape}, completed {completed.shape} and valid "
                          f"{masked.shape} must be one [N] each")
     shaped = np.where(completed, rewards, incomplete_penalty)
     shaped = np.where(masked, 0.0, shaped)
     return shaped, (~masked).astype(np.float64)
+
+
+def incomplete_penalties(
+    rewards: Sequence[float] | np.ndarray,
+    completed: Sequence[bool] | np.ndarray,
+    valid: Sequence[bool] | np.ndarray,
+    group_ids: np.ndarray,
+    config: ml_collections.ConfigDict,
+) -> np.ndarray:
+    """The penalty each trajectory gets if it did not complete, as `shape_rewards` takes it.
+
+    p_g = incomplete_penalty                      without `penalty_needs_reward`
+        = incomplete_penalty * 1[exists h in G(g): valid_h, completed_h, R_h > 0]   with it
+
+    Why the gate: with the penalty everywhere, a policy that succeeds nowhere learns that
+    committing a trivially wrong answer early (completed, R = 0) beats a real attempt that
+    runs out of turns (R' = incomplete_penalty). Gated, the two are equal until some member of
+    the group earns a reward, so such a group has no variance and teaches nothing; where a
+    reward exists, finishing matters again, as in AgentRL.
+    """
+    n = len(rewards)
+    if not config.penalty_needs_reward:
+        return np.full(n, float(config.incomplete_penalty))
+    rewarded = (np.asarray(rewards, np.float64) > 0) & np.asarray(completed, bool) \
+        & np.asarray(valid, bool)
+    seg, num = _segment_ids(group_ids)
+    group_rewarded = np.bincount(seg, weights=rewarded.astype(np.float64), minlength=num) > 0
+    return np.where(group_rewarded[seg], float(config.incomplete_penalty), 0.0)
 
 
 def _segment_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
@@ -193,7 +229,8 @@ def compute_advantages(
       multiply its loss mask by its weight.
     """
     cfg = config or default_config()
-    shaped, weights = shape_rewards(rewards, completed, valid, cfg.incomplete_penalty)
+    penalties = incomplete_penalties(rewards, completed, valid, group_ids, cfg)
+    shaped, weights = shape_rewards(rewards, completed, valid, penalties)
     adv = grpo_advantages(shaped, group_ids, weights, cfg.eps)
     if cfg.filter_zero_variance:
         weights = weights * zero_variance_group_mask(shaped, group_ids, weights)

@@ -300,6 +300,14 @@ def test_reward_variance_is_on_shaped_rewards_of_valid_members():
     assert not has_reward_variance([rollout(0, 0, 1.0), Rollout.failed("t", 0, 0, 1, "x")], cfg)
 
 
+def test_reward_variance_with_the_gated_penalty_needs_a_reward():
+    cfg = _config(penalty_needs_reward=True)
+    gave_up = rollout(0, 0, 0.0)
+    ran_out = rollout(0, 1, 0.0, status=SampleStatus.TASK_LIMIT_REACHED)
+    assert not has_reward_variance([gave_up, ran_out], cfg)
+    assert has_reward_variance([rollout(0, 0, 0.5), ran_out], cfg)
+
+
 # ---- dynamic sampling: the trainer's side of one step ----------------------------------------
 
 def _pipeline(dynamic, max_draws, groups_per_step=2):

@@ -32,6 +32,54 @@ def test_shape_rewards_rejects_masks_of_another_length():
         adv_lib.shape_rewards([1.0, 0.0], [True], [True, True])
 
 
+def test_shape_rewards_takes_one_penalty_per_trajectory():
+    shaped, _ = adv_lib.shape_rewards([0.0, 0.0, 1.0], [False, False, True], [True] * 3,
+                                      incomplete_penalty=np.array([-0.2, 0.0, -0.2]))
+    np.testing.assert_allclose(shaped, [-0.2, 0.0, 1.0])
+    with pytest.raises(ValueError, match="one per reward"):
+        adv_lib.shape_rewards([0.0], [False], [True], incomplete_penalty=np.array([0.0, 0.0]))
+
+
+def _gated(on: bool) -> ml_collections.ConfigDict:
+    cfg = adv_lib.default_config()
+    cfg.penalty_needs_reward = on
+    return cfg
+
+
+def test_incomplete_penalties_gate_on_a_rewarded_member_of_the_group():
+    # group 0: a completed member with reward 0.4; group 1: completed 0 and a turn limit;
+    # group 2: the only positive reward is on an incomplete member (not earned);
+    # group 3: the only positive reward is on a masked member (not counted).
+    rewards = [0.4, 0.0, 0.0, 0.0, 0.9, 0.0, 1.0, 0.0]
+    completed = [True, False, True, False, False, True, True, False]
+    valid = [True, True, True, True, True, True, False, True]
+    groups = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    np.testing.assert_allclose(
+        adv_lib.incomplete_penalties(rewards, completed, valid, groups, _gated(True)),
+        [-0.2, -0.2, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_allclose(
+        adv_lib.incomplete_penalties(rewards, completed, valid, groups, _gated(False)),
+        [-0.2] * 8)
+
+
+def test_gated_penalty_makes_giving_up_equal_to_a_real_attempt():
+    """A group that earned nothing: an early wrong answer (completed, 0) against two that ran
+    out of turns. Penalised, the give-up gets the positive advantage; gated, nobody does."""
+    rewards, completed, valid = [0.0, 0.0, 0.0], [True, False, False], [True] * 3
+    groups, tasks, ntok = np.zeros(3, int), np.zeros(3, int), np.ones(3)
+    adv, _ = adv_lib.compute_advantages(rewards, completed, valid, groups, tasks, ntok,
+                                        _gated(False))
+    assert adv[0] > 0 > adv[1] == adv[2]
+    adv, _ = adv_lib.compute_advantages(rewards, completed, valid, groups, tasks, ntok,
+                                        _gated(True))
+    np.testing.assert_array_equal(adv, [0.0, 0.0, 0.0])
+    # Once a member succeeds, the penalty is back: success > give-up > ran out of turns.
+    adv, _ = adv_lib.compute_advantages([1.0, 0.0, 0.0, 0.0], [True, True, False, False],
+                                        [True] * 4, np.zeros(4, int), np.zeros(4, int),
+                                        np.ones(4), _gated(True))
+    assert adv[0] > adv[1] > adv[2] == adv[3]
+
+
 def test_grpo_hand_computed():
     r = np.array([1.0, 0.0, 0.0, 1.0, 3.0, 1.0])
     g = np.array([7, 7, 7, 7, 9, 9])
