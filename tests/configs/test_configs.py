@@ -51,6 +51,7 @@ def test_model_configs_hold_the_papers_settings(model):
     assert c.rl.sampling.temperature == c.rl.trainer.temperature == 0.8
     assert dict(c.rl.limits) == dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024)
     assert c.rl.advantages.incomplete_penalty == -0.2 and c.rl.advantages.task_adv_norm
+    assert not c.rl.advantages.penalty_needs_reward   # the penalty on every group, as AgentRL
     opt = c.rl.trainer.optimizer
     assert (opt.learning_rate, opt.weight_decay, opt.schedule) == (1e-6, 0.0, "constant")
     loss = c.rl.trainer.loss
@@ -168,6 +169,7 @@ def test_local_default_holds_the_evaluation_protocol_and_the_levers():
     assert c.eval.validation_per_task == protocol.VALIDATION_PER_TASK
     assert c.rl.pipeline.dynamic_sampling and c.rl.pipeline.curriculum.enabled
     assert c.rl.pipeline.max_draws_per_step > c.rl.pipeline.groups_per_step
+    assert c.rl.advantages.penalty_needs_reward   # giving up early must not pay (#29)
     fast = local_default.get_config("fast")   # CI: one index per task
     assert fast.eval.per_task == 1 and fast.rl.pipeline.steps <= 2
 
