@@ -11,7 +11,8 @@ cached), each variant's ms per step, timed interleaved in one run:
             and the 16-slot context: what the program's op count costs when its arithmetic and
             bytes are nearly zero. (Not at 256 slots: there this one-head, one-group config's
             context attention alone took 45 ms per step at batch 32, more than SmolLM2's
-            whole attention share; not yet understood.)
+            whole attention share, before ungrouped decode scores became a dot:
+            benchmarks/decode_ungrouped.py.)
 
 And the weights' ceiling (`benchmarks.sampler.weights_ceiling_tok_s`): one matmul reading all
 the weights once, as ms per step.

@@ -130,6 +130,12 @@ def write_kv(pool: KVPool, write_slots: jax.Array, new_k: jax.Array, new_v: jax.
                   pool.v.at[:, :, flat].set(head_major(new_v)))
 
 
+# Decode scores of rows with at most this many queries per kv head are a dot; with more, the
+# multiply-reduce (see `_attend`). Read at trace time; `benchmarks/decode_ungrouped.py` sets 0
+# to time the multiply-reduce everywhere.
+DOT_DECODE_MAX_GROUPS = 1
+
+
 def _scores(keys: jax.Array, queries: jax.Array) -> jax.Array:
     """Query-major scores [B, K, Q, N] of keys [B, K, N, D] and queries [B, K, Q, D].
 
@@ -169,10 +175,12 @@ def _attend(q, k_ctx, v_ctx, ctx_mask, k_new, v_new, new_mask):
         probs = jax.nn.softmax(s_new, axis=-1)
         out = jnp.einsum("bkqr,bkrd->bkqd", probs.astype(v_new.dtype), v_new)
     else:
-        if t == 1:
+        if t == 1 and groups > DOT_DECODE_MAX_GROUPS:
             # Decode (G queries per row): a multiply-reduce over D, vectorised along the page's
             # page_size contiguous keys, reads the gathered pages as they are. (As a dot, XLA
-            # would first transpose them to [D, C], or repack [C, D] keys.)
+            # would first transpose them to [D, C], or repack [C, D] keys.) With one query per
+            # kv head (G = 1, ungrouped models) XLA CPU lowers this reduction several times
+            # slower than the dot below, so those take the dot (benchmarks/decode_ungrouped).
             s_ctx = jnp.sum(k_ctx[:, :, None].astype(jnp.float32)
                             * qq[:, :, :, None, :, None].astype(jnp.float32), axis=4)
         else:

@@ -23,6 +23,18 @@ def test_greedy_equals_full_recompute_reference(family):
         assert result.versions == [0] * 10
 
 
+@pytest.mark.parametrize("kv_heads", [4, 1])
+def test_greedy_equals_reference_for_ungrouped_and_single_kv_head_models(kv_heads):
+    """Decode scores take the dot (not the multiply-reduce) with one query per kv head; both
+    kinds of head layout must decode exactly as the full recompute does."""
+    model = tiny_model("llama", num_heads=4, num_kv_heads=kv_heads)
+    engine = make_engine(model)
+    prompts = [random_prompt(n, seed=n) for n in (5, 20)]
+    results = engine.generate([GenerateRequest(p, GREEDY) for p in prompts])
+    for prompt, result in zip(prompts, results, strict=True):
+        assert result.tokens == reference_greedy(model, prompt, 10)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_equal_trainer_recomputation(family, temperature):
     model = tiny_model(family)
