@@ -95,6 +95,20 @@ def chunk_runner(cfg, weights, batch: int, context: int, fused: bool):
     return run
 
 
+def interleaved_ms(runners: dict, repeats: int) -> dict[str, float]:
+    """Median ms per decode step of each chunk runner, after one compiling call each, timed
+    round-robin so that a drift in the machine's load falls on every variant alike."""
+    for run in runners.values():
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - start) / STEPS * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", default="1,8,32")
@@ -115,15 +129,7 @@ def main() -> None:
             "ctx16": chunk_runner(cfg, w, batch, 16, fused=False),
             "op_floor": chunk_runner(tiny, tiny_w, batch, 16, fused=False),
         }
-        times: dict[str, list[float]] = {name: [] for name in runners}
-        for run in runners.values():
-            run()  # compiles
-        for _ in range(args.repeats):
-            for name, run in runners.items():
-                start = time.perf_counter()
-                run()
-                times[name].append((time.perf_counter() - start) / STEPS * 1e3)
-        ms = {name: statistics.median(t) for name, t in times.items()}
+        ms = interleaved_ms(runners, args.repeats)
         ms["weights_ceiling"] = batch / weights_ceiling_tok_s(cfg, batch) * 1e3
         for name, value in ms.items():
             figures[f"b{batch}_{name}_ms"] = value

@@ -16,8 +16,6 @@ context with 100 positions cached) with 9 query heads over 9 kv heads (ungrouped
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 from flax import nnx
 
@@ -25,7 +23,7 @@ from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.sampling import forward
 from agentrl_jax.sampling.weights import split_layers, weights_of
-from benchmarks.decode_profile import STEPS, chunk_runner
+from benchmarks.decode_profile import STEPS, chunk_runner, interleaved_ms
 from benchmarks.machine_info import write_result
 
 SMOLLM2_WIDTHS = dict(vocab_size=2048, hidden_size=576, intermediate_size=1536, num_layers=30,
@@ -58,15 +56,7 @@ def main() -> None:
                                                 0 if arm == "baseline" else
                                                 forward.DOT_DECODE_MAX_GROUPS)
                    for name, (cfg, w) in models.items() for arm in ("baseline", "ours")}
-        for run in runners.values():
-            run()  # compiles
-        times: dict[str, list[float]] = {name: [] for name in runners}
-        for _ in range(args.repeats):
-            for name, run in runners.items():
-                start = time.perf_counter()
-                run()
-                times[name].append((time.perf_counter() - start) / STEPS * 1e3)
-        ms = {name: statistics.median(t) for name, t in times.items()}
+        ms = interleaved_ms(runners, args.repeats)
         for name, value in ms.items():
             figures[f"b{batch}_{name}_ms"] = value
         for name in models:
