@@ -23,11 +23,11 @@ def test_greedy_equals_full_recompute_reference(family):
         assert result.versions == [0] * 10
 
 
-@pytest.mark.parametrize("kv_heads", [4, 1])
-def test_greedy_equals_reference_for_ungrouped_and_single_kv_head_models(kv_heads):
-    """Decode scores take the dot (not the multiply-reduce) with one query per kv head; both
-    kinds of head layout must decode exactly as the full recompute does."""
-    model = tiny_model("llama", num_heads=4, num_kv_heads=kv_heads)
+@pytest.mark.parametrize("heads", [4, 1])
+def test_greedy_equals_reference_for_ungrouped_models(heads):
+    """With one query per kv head (4 over 4, and a single head) decode scores take the dot,
+    not the multiply-reduce of grouped models; they must decode as the full recompute does."""
+    model = tiny_model("llama", num_heads=heads, num_kv_heads=heads)
     engine = make_engine(model)
     prompts = [random_prompt(n, seed=n) for n in (5, 20)]
     results = engine.generate([GenerateRequest(p, GREEDY) for p in prompts])
