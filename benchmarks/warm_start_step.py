@@ -12,6 +12,10 @@ against `pruned`:
                  cost grows with the row length)
     one_demo     one 1,024-token row: what `configs/local_smollm2.py` trains per step (about
                  one demonstration, `sft.tokens_per_step` = 1,024)
+    demo_padded  one 1,536-token demonstration over the whole vocabulary, as
+                 `configs/local_smollm2.py` (`sft.tokens_per_micro` = 4,096) packed it before
+                 `rl.batch.pack` cut the last micro-batch to the rows it needs: 2 rows, one empty
+    demo_cut     the same demonstration as `pack` packs it now: 1 row
 
 Each variant runs in its own process, so its peak resident memory is its own. Reported per
 variant: the first step's seconds (compilation included), the median of the next steps,
@@ -34,13 +38,15 @@ import time
 import numpy as np
 
 ROWS, LENGTH = 4, 1024
-VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length)
-    "pruned": (False, False, False, ROWS, LENGTH),
-    "full_vocab": (True, False, False, ROWS, LENGTH),
-    "remat": (False, True, False, ROWS, LENGTH),
-    "lora": (False, False, True, ROWS, LENGTH),
-    "one_row": (False, False, False, 1, ROWS * LENGTH),
-    "one_demo": (False, False, False, 1, LENGTH),
+VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length, empty rows)
+    "pruned": (False, False, False, ROWS, LENGTH, 0),
+    "full_vocab": (True, False, False, ROWS, LENGTH, 0),
+    "remat": (False, True, False, ROWS, LENGTH, 0),
+    "lora": (False, False, True, ROWS, LENGTH, 0),
+    "one_row": (False, False, False, 1, ROWS * LENGTH, 0),
+    "one_demo": (False, False, False, 1, LENGTH, 0),
+    "demo_padded": (True, False, False, 1, 1536, 1),
+    "demo_cut": (True, False, False, 1, 1536, 0),
 }
 
 
@@ -58,7 +64,7 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
     from launch.local import single_device_mesh
 
     hostmem.keep_freed_memory()
-    full_vocab, remat, lora, rows, length = VARIANTS[name]
+    full_vocab, remat, lora, rows, length, empty = VARIANTS[name]
     cfg = SMOLLM2_135M if full_vocab else SMOLLM2_135M.replace(vocab_size=vocab)
     c = train_step.default_config()
     c.update(remat=remat, seq_buckets=(length,), tokens_per_micro=rows * length)
@@ -72,6 +78,8 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
                                behaviour_logprobs=np.zeros(length, np.float32), advantage=1.0)
                     for _ in range(rows)]
     micro, num_tokens = pack(trajectories, (length,), rows * length)
+    if empty:  # rows of padding (segment 0, no loss), as a whole micro-batch used to carry
+        micro = [jax.tree.map(lambda a: np.pad(a, ((0, empty), (0, 0))), m) for m in micro]
     times = []
     for _ in range(steps + 1):
         start = time.perf_counter()
@@ -113,6 +121,11 @@ def main() -> None:
         print(f"{name:>10}: {result['step_s']:6.1f} s/step ({result['tokens']} tokens, "
               f"{result['tokens_per_s']:5.0f} tok/s), first step {result['first_step_s']:5.1f} s, "
               f"peak RSS {result['peak_rss_gb']:4.1f} GB", flush=True)
+    if {"demo_padded", "demo_cut"} <= set(args.only):
+        figures["demo_cut_vs_padded_step"] = figures["demo_cut_step_s"] / figures[
+            "demo_padded_step_s"]
+        print(f"one demonstration, cut to its row against padded to 2 rows: "
+              f"{figures['demo_cut_vs_padded_step']:.2f} of the step")
     if "pruned" in args.only:
         base = figures["pruned_step_s"]
         for name in args.only:

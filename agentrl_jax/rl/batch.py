@@ -12,6 +12,12 @@ from `seq_buckets` (the smallest that fits the longest trajectory); a micro-batc
 rounded to the data-parallel size. Trajectories are packed first-fit-decreasing, several per
 row, separated by segment ids. The number of micro-batches varies freely: the step loops over
 them (see `train_step.py`).
+
+The last micro-batch holds only as many rows as it needs, rounded up to a power of two (times
+the data-parallel size), since an empty row costs as much as a full one: a warm-start step of
+one demonstration otherwise computes a whole micro-batch of rows for it
+(`benchmarks/warm_start_step.py`). Each bucket has at most 1 + log2(rows) row counts, each
+compiled once.
 """
 
 from __future__ import annotations
@@ -89,11 +95,25 @@ def micro_rows(seq_len: int, tokens_per_micro: int, row_multiple: int = 1) -> in
     return rows - rows % row_multiple
 
 
+def micro_batch_rows(num_rows: int, rows_per_micro: int, row_multiple: int = 1) -> list[int]:
+    """Rows of each micro-batch holding `num_rows` packed rows: full micro-batches, then the
+    rest in the smallest row_multiple · 2^k rows that hold it (at most rows_per_micro)."""
+    sizes = [rows_per_micro] * (num_rows // rows_per_micro)
+    rest = num_rows - sum(sizes)
+    if rest:
+        tail = row_multiple
+        while tail < rest:
+            tail *= 2
+        sizes.append(min(tail, rows_per_micro))
+    return sizes
+
+
 def pack_rows(lengths: Sequence[int], seq_len: int, tokens_per_micro: int,
               row_multiple: int = 1) -> int:
     """Rows `pack` makes for trajectories of `lengths` inputs at row length `seq_len`."""
     per_micro = micro_rows(seq_len, tokens_per_micro, row_multiple)
-    return -(-len(_first_fit_decreasing(lengths, seq_len)) // per_micro) * per_micro
+    return sum(micro_batch_rows(len(_first_fit_decreasing(lengths, seq_len)), per_micro,
+                                row_multiple))
 
 
 def pack(
@@ -102,7 +122,8 @@ def pack(
     tokens_per_micro: int,
     row_multiple: int = 1,
 ) -> tuple[list[TrainBatch], float]:
-    """Packs trajectories into micro-batches of shape [tokens_per_micro // T, T].
+    """Packs trajectories into micro-batches of shape [tokens_per_micro // T, T], the last one
+    cut to the rows it needs (`micro_batch_rows`).
 
     Args:
       seq_buckets: allowed row lengths T.
@@ -119,8 +140,8 @@ def pack(
     seq_len = pick_bucket(max(lengths), seq_buckets)
     rows_per_micro = micro_rows(seq_len, tokens_per_micro, row_multiple)
     bins = _first_fit_decreasing(lengths, seq_len)
-    num_micro = -(-len(bins) // rows_per_micro)
-    num_rows = num_micro * rows_per_micro
+    sizes = micro_batch_rows(len(bins), rows_per_micro, row_multiple)
+    num_rows = sum(sizes)
 
     has_prox = all(t.proximal_logprobs is not None for t in trajectories)
     has_ref = all(t.reference_logprobs is not None for t in trajectories)
@@ -159,8 +180,7 @@ def pack(
                 f["reference_logprobs"][r, s] = np.asarray(t.reference_logprobs, np.float32)[1:]
             start += n
 
-    micro = [
-        TrainBatch(**{k: v[m * rows_per_micro : (m + 1) * rows_per_micro] for k, v in f.items()})
-        for m in range(num_micro)
-    ]
+    starts = np.cumsum([0, *sizes])
+    micro = [TrainBatch(**{k: v[lo:hi] for k, v in f.items()})
+             for lo, hi in zip(starts[:-1], starts[1:], strict=True)]
     return micro, float(f["loss_mask"].sum())

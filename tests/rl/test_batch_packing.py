@@ -49,6 +49,24 @@ def test_pack_pads_rows_to_whole_micro_batches():
     assert n == 5 * 8
 
 
+@pytest.mark.parametrize("num_rows,per_micro,multiple,sizes", [
+    (1, 4, 1, [1]), (3, 4, 1, [4]), (5, 4, 1, [4, 1]), (6, 8, 1, [8]), (11, 4, 1, [4, 4, 4]),
+    (9, 8, 2, [8, 2]), (1, 4, 4, [4]), (8, 4, 1, [4, 4]), (2, 16, 1, [2])])
+def test_micro_batch_rows_cuts_the_last_to_a_power_of_two(num_rows, per_micro, multiple, sizes):
+    assert batch_lib.micro_batch_rows(num_rows, per_micro, multiple) == sizes
+
+
+def test_pack_computes_no_empty_micro_batch_rows():
+    # one 7-input trajectory, a budget of 4 rows of 8: one row, not four
+    micro, n = batch_lib.pack([traj(list(range(8)), [1] * 8)], (8,), tokens_per_micro=32)
+    assert [m.shape for m in micro] == [(1, 8)] and n == 7
+    # five rows at 2 per micro-batch: 2 + 2 + 1, the gradient is the same token mean
+    trajs = [traj(list(range(9)), [1] * 9) for _ in range(5)]
+    micro, n = batch_lib.pack(trajs, (8,), tokens_per_micro=16)
+    assert [m.shape for m in micro] == [(2, 8), (2, 8), (1, 8)]
+    assert sum(float(m.loss_mask.sum()) for m in micro) == n == 40
+
+
 @pytest.mark.parametrize("lengths,seq_len,budget,multiple", [
     ([8, 8, 8, 8, 8], 8, 16, 2), ([3, 2, 5, 1, 7, 4], 8, 24, 1), ([30, 1, 1], 32, 16, 4)])
 def test_pack_rows_counts_the_rows_pack_makes(lengths, seq_len, budget, multiple):
