@@ -203,7 +203,8 @@ MEANINGS: dict[str, str] = {
     "rl.trainer.remat": "recompute each block in the backward pass (memory for compute)",
     "rl.trainer.compute_dtype": 'e.g. "bfloat16"; None computes in the parameters\' fp32',
     "rl.trainer.seq_buckets": "packed row lengths of a train micro-batch (compiled shapes)",
-    "rl.trainer.tokens_per_micro": "tokens per micro-batch (gradient accumulation)",
+    "rl.trainer.tokens_per_micro": ("tokens per micro-batch (gradient accumulation); the last "
+                                    "one holds only the rows it needs"),
     "rl.trainer.loss.clip_eps_low": "PPO clip: lower ε of the ratio",
     "rl.trainer.loss.clip_eps_high": "PPO clip: upper ε of the ratio",
     "rl.trainer.loss.dual_clip_c": "dual-clip bound c for negative advantages; None or ≤ 1 "
