@@ -16,6 +16,11 @@ against `pruned`:
                  `configs/local_smollm2.py` (`sft.tokens_per_micro` = 4,096) packed it before
                  `rl.batch.pack` cut the last micro-batch to the rows it needs: 2 rows, one empty
     demo_cut     the same demonstration as `pack` packs it now: 1 row
+    demo_all_positions   the same demonstration with a demonstration's loss mask (13% of its
+                 tokens, the assistant's, in turns of 40: the mean share in the 100 cached
+                 SmolLM2 demonstrations), every position projected onto the vocabulary
+                 (`rl.trainer.logprob_min_positions` = 0)
+    demo_loss_positions  the same with only the loss's positions projected (the default)
 
 Each variant runs in its own process, so its peak resident memory is its own. Reported per
 variant: the first step's seconds (compilation included), the median of the next steps,
@@ -38,16 +43,28 @@ import time
 import numpy as np
 
 ROWS, LENGTH = 4, 1024
-VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length, empty rows)
-    "pruned": (False, False, False, ROWS, LENGTH, 0),
-    "full_vocab": (True, False, False, ROWS, LENGTH, 0),
-    "remat": (False, True, False, ROWS, LENGTH, 0),
-    "lora": (False, False, True, ROWS, LENGTH, 0),
-    "one_row": (False, False, False, 1, ROWS * LENGTH, 0),
-    "one_demo": (False, False, False, 1, LENGTH, 0),
-    "demo_padded": (True, False, False, 1, 1536, 1),
-    "demo_cut": (True, False, False, 1, 1536, 0),
+DEMO_LOSS_SHARE, DEMO_TURN = 0.13, 40  # the assistant's share of a demonstration, turn length
+VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length, empty rows, loss mask)
+    "pruned": (False, False, False, ROWS, LENGTH, 0, "all"),
+    "full_vocab": (True, False, False, ROWS, LENGTH, 0, "all"),
+    "remat": (False, True, False, ROWS, LENGTH, 0, "all"),
+    "lora": (False, False, True, ROWS, LENGTH, 0, "all"),
+    "one_row": (False, False, False, 1, ROWS * LENGTH, 0, "all"),
+    "one_demo": (False, False, False, 1, LENGTH, 0, "all"),
+    "demo_padded": (True, False, False, 1, 1536, 1, "all"),
+    "demo_cut": (True, False, False, 1, 1536, 0, "all"),
+    "demo_all_positions": (True, False, False, 1, 1536, 0, "turns, every position"),
+    "demo_loss_positions": (True, False, False, 1, 1536, 0, "turns"),
 }
+
+
+def demo_loss_mask(length: int) -> np.ndarray:
+    """1 on assistant turns of DEMO_TURN tokens spread evenly, DEMO_LOSS_SHARE of `length`."""
+    mask = np.zeros(length, np.float32)
+    turns = round(length * DEMO_LOSS_SHARE / DEMO_TURN)
+    for start in np.linspace(0, length - DEMO_TURN, turns + 1)[1:].astype(int):
+        mask[start:start + DEMO_TURN] = 1.0
+    return mask
 
 
 def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
@@ -64,17 +81,20 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
     from launch.local import single_device_mesh
 
     hostmem.keep_freed_memory()
-    full_vocab, remat, lora, rows, length, empty = VARIANTS[name]
+    full_vocab, remat, lora, rows, length, empty, loss = VARIANTS[name]
     cfg = SMOLLM2_135M if full_vocab else SMOLLM2_135M.replace(vocab_size=vocab)
     c = train_step.default_config()
     c.update(remat=remat, seq_buckets=(length,), tokens_per_micro=rows * length)
+    if loss.endswith("every position"):
+        c.logprob_min_positions = 0
     c.optimizer.learning_rate = 2e-5
     c.lora.enabled = lora
     trainer = SFTTrainer(Decoder(cfg, rngs=nnx.Rngs(0)), c, single_device_mesh())
     state = trainer.init_state()
     rng = np.random.default_rng(0)
     trajectories = [Trajectory(tokens=rng.integers(0, cfg.vocab_size, length).astype(np.int32),
-                               loss_mask=np.ones(length, np.float32),
+                               loss_mask=(np.ones(length, np.float32) if loss == "all"
+                                          else demo_loss_mask(length)),
                                behaviour_logprobs=np.zeros(length, np.float32), advantage=1.0)
                     for _ in range(rows)]
     micro, num_tokens = pack(trajectories, (length,), rows * length)
@@ -93,6 +113,42 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
             "loss_finite": bool(np.isfinite(metrics["loss"]))}
 
 
+def measure(names: list[str], vocab: int, steps: int) -> dict[str, float]:
+    """Runs each variant in its own process; its figures as NAME_KEY, and same-run ratios."""
+    figures: dict[str, float] = {}
+    for name in names:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.warm_start_step",
+                               "--variant", name, "--vocab", str(vocab), "--steps", str(steps)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"variant {name} failed:\n{done.stderr[-3000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        for key, value in result.items():
+            figures[f"{name}_{key}"] = value
+        print(f"{name:>10}: {result['step_s']:6.1f} s/step ({result['tokens']} tokens, "
+              f"{result['tokens_per_s']:5.0f} tok/s), first step {result['first_step_s']:5.1f} s, "
+              f"peak RSS {result['peak_rss_gb']:4.1f} GB", flush=True)
+    if {"demo_padded", "demo_cut"} <= set(names):
+        figures["demo_cut_vs_padded_step"] = figures["demo_cut_step_s"] / figures[
+            "demo_padded_step_s"]
+        print(f"one demonstration, cut to its row against padded to 2 rows: "
+              f"{figures['demo_cut_vs_padded_step']:.2f} of the step")
+    if {"demo_all_positions", "demo_loss_positions"} <= set(names):
+        figures["loss_positions_vs_all_step"] = figures["demo_loss_positions_step_s"] / figures[
+            "demo_all_positions_step_s"]
+        print(f"one demonstration, the vocabulary projected at its loss positions only against "
+              f"at all: {figures['loss_positions_vs_all_step']:.2f} of the step")
+    if "pruned" in names:
+        base = figures["pruned_step_s"]
+        for name in names:
+            if name != "pruned":
+                # per-token time of the variant against `pruned` (>1: the variant is slower)
+                figures[f"{name}_vs_pruned_time_per_token"] = (
+                    figures[f"{name}_step_s"] / figures[f"{name}_tokens"]
+                    / (base / figures["pruned_tokens"]))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=4308,
@@ -107,33 +163,8 @@ def main() -> None:
 
     from benchmarks.machine_info import write_result
 
-    figures: dict[str, object] = {"vocab_pruned": args.vocab, "steps": args.steps}
-    for name in args.only:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.warm_start_step",
-                               "--variant", name, "--vocab", str(args.vocab),
-                               "--steps", str(args.steps)],
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"variant {name} failed:\n{done.stderr[-3000:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        for key, value in result.items():
-            figures[f"{name}_{key}"] = value
-        print(f"{name:>10}: {result['step_s']:6.1f} s/step ({result['tokens']} tokens, "
-              f"{result['tokens_per_s']:5.0f} tok/s), first step {result['first_step_s']:5.1f} s, "
-              f"peak RSS {result['peak_rss_gb']:4.1f} GB", flush=True)
-    if {"demo_padded", "demo_cut"} <= set(args.only):
-        figures["demo_cut_vs_padded_step"] = figures["demo_cut_step_s"] / figures[
-            "demo_padded_step_s"]
-        print(f"one demonstration, cut to its row against padded to 2 rows: "
-              f"{figures['demo_cut_vs_padded_step']:.2f} of the step")
-    if "pruned" in args.only:
-        base = figures["pruned_step_s"]
-        for name in args.only:
-            if name != "pruned":
-                # per-token time of the variant against `pruned` (>1: the variant is slower)
-                figures[f"{name}_vs_pruned_time_per_token"] = (
-                    figures[f"{name}_step_s"] / figures[f"{name}_tokens"]
-                    / (base / figures["pruned_tokens"]))
+    figures = {"vocab_pruned": args.vocab, "steps": args.steps,
+               **measure(args.only, args.vocab, args.steps)}
     write_result("warm_start_step", figures)
 
 

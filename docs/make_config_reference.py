@@ -200,6 +200,8 @@ MEANINGS: dict[str, str] = {
     "rl.trainer.logprob_chunk": "sequence chunk of the vocabulary projection (memory)",
     "rl.trainer.logprob_keep_bytes": "keep a micro-batch's fp32 logits for the backward pass "
                                      "up to this many bytes (else recomputed; 0: always)",
+    "rl.trainer.logprob_min_positions": ("project only the positions the loss reads onto the "
+                                         "vocabulary, at least this many per row (0: all)"),
     "rl.trainer.remat": "recompute each block in the backward pass (memory for compute)",
     "rl.trainer.compute_dtype": 'e.g. "bfloat16"; None computes in the parameters\' fp32',
     "rl.trainer.seq_buckets": "packed row lengths of a train micro-batch (compiled shapes)",

@@ -163,16 +163,42 @@ def token_logprobs(
     remat: bool = False,
     entropy_grad: bool = True,
     keep_logits_bytes: int = KEEP_LOGITS_BYTES,
+    at: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The training forward: (log p(targets), entropy), fp32 [B, T], for a Decoder.
 
     `targets[b, t]` is usually `tokens[b, t + 1]`; positions without a meaningful target are
     the caller's to mask. `entropy_grad=False` when the entropy is only reported.
+
+    `at` (int32 [B, K], `rl.batch.loss_positions`) projects only those positions of each row
+    onto the vocabulary; entries equal to T are padding. Elsewhere both outputs are 0. A
+    warm-start or policy loss reads only the agent's tokens, often a tenth of a row, and the
+    vocabulary projection is a fifth of SmolLM2's step (`benchmarks/warm_start_step.py`).
     """
     hidden = model.hidden(tokens, positions, segment_ids, remat=remat)
     tied = model.cfg.tie_word_embeddings
-    return chunked_logprobs(
+    if at is not None:
+        hidden, targets = gather_positions(hidden, at), gather_positions(targets, at)
+    logp, entropy = chunked_logprobs(
         hidden, model.embed[...] if tied else model.output_embedding(), targets,
         temperature=temperature, chunk_size=chunk_size, vocab_major=tied,
         entropy_grad=entropy_grad, keep_logits_bytes=keep_logits_bytes,
     )
+    if at is None:
+        return logp, entropy
+    length = tokens.shape[1]
+    return scatter_positions(logp, at, length), scatter_positions(entropy, at, length)
+
+
+def gather_positions(x: jax.Array, at: jax.Array) -> jax.Array:
+    """x[b, at[b, k]] for x [B, T, ...] and at [B, K]: [B, K, ...]; padding (T) reads x[b, T−1]."""
+    index = jnp.minimum(at, x.shape[1] - 1)
+    index = index.reshape(index.shape + (1,) * (x.ndim - 2))
+    return jnp.take_along_axis(x, index, axis=1)
+
+
+def scatter_positions(values: jax.Array, at: jax.Array, length: int) -> jax.Array:
+    """[B, T] zeros with values[b, k] at position at[b, k]; padding entries (T) are dropped."""
+    rows = jnp.arange(values.shape[0])[:, None]
+    out = jnp.zeros((values.shape[0], length + 1), values.dtype)
+    return out.at[rows, at].set(values)[:, :length]

@@ -43,6 +43,8 @@ class TrainBatch:
     behaviour_logprobs: np.ndarray | jax.Array  # float32
     proximal_logprobs: np.ndarray | jax.Array | None = None
     reference_logprobs: np.ndarray | jax.Array | None = None
+    # int32 [B, K]: the positions the loss reads (`loss_positions`); None: every position
+    loss_at: np.ndarray | jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -106,6 +108,27 @@ def micro_batch_rows(num_rows: int, rows_per_micro: int, row_multiple: int = 1) 
             tail *= 2
         sizes.append(min(tail, rows_per_micro))
     return sizes
+
+
+def loss_positions(loss_mask: np.ndarray, min_width: int = 128) -> np.ndarray | None:
+    """Each row's positions with a nonzero loss weight, int32 [B, K], padded with T.
+
+    K is T / 2^j, the smallest such width (at least `min_width`) that holds every row's count:
+    at most 1 + log2(T / min_width) widths per row length, each compiled once. None when K
+    would be T: the loss reads (nearly) every position, and a gather would only add work.
+    """
+    rows, length = loss_mask.shape
+    need = max(int(np.count_nonzero(loss_mask, axis=1).max(initial=0)), 1, min_width)
+    width = length
+    while width % 2 == 0 and width // 2 >= need:
+        width //= 2
+    if width == length:
+        return None
+    at = np.full((rows, width), length, np.int32)
+    for r in range(rows):
+        hits = np.flatnonzero(loss_mask[r])
+        at[r, :len(hits)] = hits
+    return at
 
 
 def pack_rows(lengths: Sequence[int], seq_len: int, tokens_per_micro: int,

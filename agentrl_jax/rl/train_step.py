@@ -13,6 +13,10 @@ recompile for each count or pad with empty micro-batches. Micro-batch shapes com
 buckets of `rl.batch.pack`, so after warm-up nothing recompiles; `num_traces` and
 `num_accumulate_traces` count the two programs' traces.
 
+The loss reads only the agent's tokens (the loss mask), so a micro-batch's final hidden states
+are projected onto the vocabulary at those positions alone (`rl.batch.loss_positions`, at least
+`logprob_min_positions` a row): in an agent's episode they are about a tenth of the tokens.
+
 Parameters are fp32 master weights in a pure pytree, sharded by their logical axes over the
 trainer mesh (data × fsdp × tensor); the optimizer moments share the parameters' shardings; the
 batch is split over (data, fsdp). Compute runs in `compute_dtype` (bf16 by choice): the model
@@ -34,6 +38,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -46,7 +51,7 @@ from agentrl_jax.models.logprobs import token_logprobs
 from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.rl import losses
 from agentrl_jax.rl import optimizer as optimizer_lib
-from agentrl_jax.rl.batch import TrainBatch
+from agentrl_jax.rl.batch import TrainBatch, loss_positions
 
 Params = Any
 
@@ -61,6 +66,9 @@ def default_config() -> ml_collections.ConfigDict:
             # keep a micro-batch's fp32 logits for the backward pass up to this many bytes
             # (skips recomputing the vocabulary projection); past it they are recomputed
             logprob_keep_bytes=1 << 30,
+            # project only the positions the loss reads (`rl.batch.loss_positions`) onto the
+            # vocabulary, at least this many per row; 0: every position
+            logprob_min_positions=128,
             remat=False,  # recompute each block in the backward pass
             compute_dtype=ml_collections.config_dict.placeholder(str),  # e.g. "bfloat16"
             seq_buckets=(128, 256, 512, 1024, 2048, 4096, 8192),
@@ -258,6 +266,15 @@ class Trainer:
         (`base`: as in `model_view`)."""
         return self.model_view(params, base)
 
+    def _placed(self, batch: TrainBatch) -> TrainBatch:
+        """A micro-batch for the gradient: with the loss's positions (`loss_positions`) unless
+        `logprob_min_positions` is 0 or they are (nearly) all of it, then on the mesh."""
+        min_width = int(self.config.logprob_min_positions)
+        if min_width and batch.loss_at is None:
+            at = loss_positions(np.asarray(batch.loss_mask), min_width)
+            batch = dataclasses.replace(batch, loss_at=at)
+        return self.shard_batch(batch)
+
     def shard_batch(self, batch: TrainBatch) -> TrainBatch:
         """The host batch onto the trainer mesh. On several processes (each holding the same
         batch) each places its own slices: `jax.device_put` would first check that the copies
@@ -274,12 +291,13 @@ class Trainer:
 
     def _forward(self, graphdef, params, batch: TrainBatch):
         model = nnx.merge(graphdef, params)
+        at = None if batch.loss_at is None else jnp.asarray(batch.loss_at)
         return token_logprobs(
             model, jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
             jnp.asarray(batch.segment_ids), jnp.asarray(batch.targets),
             temperature=self.config.temperature, chunk_size=self.config.logprob_chunk,
             remat=self.config.remat, entropy_grad=bool(self.config.loss.entropy_coef),
-            keep_logits_bytes=self.config.logprob_keep_bytes,
+            keep_logits_bytes=self.config.logprob_keep_bytes, at=at,
         )
 
     def _micro_loss(self, params, batch: TrainBatch, num_tokens, ref_params):
@@ -343,10 +361,10 @@ class Trainer:
         num_tokens = jnp.asarray(num_loss_tokens, jnp.float32)
         inputs = (num_tokens, self.ref_params, self.frozen_params)
         first, *rest = micro_batches
-        grads, m = self._gradient(params, self.shard_batch(first), *inputs)
+        grads, m = self._gradient(params, self._placed(first), *inputs)
         per_micro = [m]
         for mb in rest:
-            grads, m = self._accumulate(params, grads, self.shard_batch(mb), *inputs)
+            grads, m = self._accumulate(params, grads, self._placed(mb), *inputs)
             per_micro.append(m)
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_micro)
         return grads, losses.reduce_metrics(stacked)

@@ -49,6 +49,23 @@ def test_chunked_logprobs_equal_full_log_softmax(chunk, temperature):
     np.testing.assert_allclose(entropy, -(jnp.exp(full) * full).sum(-1), atol=1e-5)
 
 
+def test_token_logprobs_at_positions_equal_the_full_ones_there_and_zero_elsewhere():
+    model = _model()
+    tokens = jnp.stack([_tokens(16, 3), _tokens(16, 4)])
+    positions = jnp.broadcast_to(jnp.arange(16), (2, 16))
+    segments = jnp.ones((2, 16), jnp.int32)
+    targets = jnp.roll(tokens, -1, axis=1)
+    at = jnp.array([[2, 9, 15, 16], [0, 16, 16, 16]])  # 16: padding
+    full = token_logprobs(model, tokens, positions, segments, targets)
+    some = token_logprobs(model, tokens, positions, segments, targets, at=at, chunk_size=3)
+    picked = np.zeros((2, 16), bool)
+    picked[0, [2, 9, 15]] = picked[1, 0] = True
+    for got, want in zip(some, full, strict=True):
+        np.testing.assert_allclose(np.where(picked, got, 0.0), np.where(picked, want, 0.0),
+                                   atol=1e-5)
+        assert not np.any(np.asarray(got)[~picked])
+
+
 @pytest.mark.parametrize("keep_logits_bytes", [0, 1 << 30])
 def test_chunked_logprobs_gradient_equals_full(keep_logits_bytes):
     """Recomputing each chunk's logits in the backward pass (0 bytes kept) or keeping them."""

@@ -75,3 +75,21 @@ def test_pack_rows_counts_the_rows_pack_makes(lengths, seq_len, budget, multiple
     rows = sum(m.shape[0] for m in micro)
     assert batch_lib.pack_rows(lengths, seq_len, budget, multiple) == rows
     assert micro[0].shape[0] == batch_lib.micro_rows(seq_len, budget, multiple)
+
+
+def test_loss_positions_list_each_rows_loss_tokens_padded_with_the_row_length():
+    mask = np.zeros((2, 32), np.float32)
+    mask[0, [3, 4, 20]] = 1.0
+    mask[1, [0, 31]] = 0.5  # a trajectory weight, still a loss position
+    at = batch_lib.loss_positions(mask, min_width=2)
+    assert at.shape == (2, 4)  # 32 / 2^3 holds the largest count, 3
+    np.testing.assert_array_equal(at, [[3, 4, 20, 32], [0, 31, 32, 32]])
+    assert batch_lib.loss_positions(mask, min_width=8).shape == (2, 8)
+
+
+def test_loss_positions_are_none_when_the_loss_reads_most_of_a_row():
+    mask = np.zeros((1, 32), np.float32)
+    mask[0, :17] = 1.0  # 17 > 32 / 2: no narrower width holds it
+    assert batch_lib.loss_positions(mask, min_width=2) is None
+    assert batch_lib.loss_positions(np.ones((1, 8), np.float32), min_width=64) is None
+    assert batch_lib.loss_positions(np.zeros((1, 24), np.float32), min_width=4).shape == (1, 6)

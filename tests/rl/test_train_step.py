@@ -18,13 +18,13 @@ from agentrl_jax.rl import train_step as ts
 VOCAB = 128
 
 
-def make_trajs(seed, n=12, max_len=20):
+def make_trajs(seed, n=12, max_len=20, loss_frac=0.6):
     rng = np.random.default_rng(seed)
     out = []
     for length in rng.integers(3, max_len, n):
         out.append(batch_lib.Trajectory(
             tokens=rng.integers(0, VOCAB, length),
-            loss_mask=(rng.random(length) < 0.6).astype(float),
+            loss_mask=(rng.random(length) < loss_frac).astype(float),
             behaviour_logprobs=np.log(1.0 / VOCAB) + 0.3 * rng.normal(size=length),
             advantage=float(rng.normal()),
         ))
@@ -86,6 +86,23 @@ def test_sharded_step_matches_unsharded_reference(model, trainer):
     assert q.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
     mu = state.opt_state[1][0].mu["layers"]["q_proj"]
     assert mu.sharding.spec == q.sharding.spec
+
+
+def test_loss_positions_only_match_the_all_positions_reference(model, mesh):
+    # The vocabulary projection at each row's loss positions alone (8 of 32, padded) gives
+    # the gradient of the reference that projects every position.
+    c = config(logprob_min_positions=4)
+    micro, n_tokens = batch_lib.pack(make_trajs(8, n=24, loss_frac=0.15), c.seq_buckets,
+                                     c.tokens_per_micro, 4)
+    widths = {None if at is None else at.shape[1]
+              for at in (batch_lib.loss_positions(mb.loss_mask, 4) for mb in micro)}
+    assert widths & {4, 8}, widths  # the selection is exercised
+    ref_grads, _ = reference_update(model, c, micro, n_tokens)
+    trainer = ts.Trainer(model, c, mesh)
+    grads, metrics = trainer.gradients(trainer.init_state().params, micro, n_tokens)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6, rtol=2e-5),
+                 grads, ref_grads)
+    assert metrics["num_tokens"] == n_tokens
 
 
 def test_micro_batch_split_does_not_change_gradients(trainer):
