@@ -1,13 +1,13 @@
 """The warm-start step with the vocabulary projected at the loss's positions only (issue #29).
 
-`rl.trainer.logprob_min_positions` (default 128) has the trainer project onto the vocabulary
-only the positions the loss reads (`rl.batch.loss_positions`), not every position of a row.
+`rl.trainer.logprob_min_positions` > 0 has the trainer project onto the vocabulary only the
+positions the loss reads (`rl.batch.loss_positions`), not every position of a row.
 Measured on one full-depth SmolLM2-135M warm-start step over its whole 49,152-entry vocabulary:
 one 1,536-token demonstration whose loss mask covers 13% of it in assistant turns (the mean
 share in the cached SmolLM2 demonstrations), with every position projected
-(`demo_all_positions`) and with the loss's only (`demo_loss_positions`). The two variants of
-`benchmarks/warm_start_step.py`, each in its own process, in one run; the figure is
-`loss_positions_vs_all_step`, the step's time with the selection over the time without.
+(`demo_all_positions`) and with the loss's only (`demo_loss_positions`, at least 128 a row).
+The two variants of `benchmarks/warm_start_step.py`, each in its own process, in one run; the
+figure is `loss_positions_vs_all_step`, the step's time with the selection over without.
 
     python -m benchmarks.loss_positions [--steps 3]
 """

@@ -20,7 +20,7 @@ against `pruned`:
                  tokens, the assistant's, in turns of 40: the mean share in the 100 cached
                  SmolLM2 demonstrations), every position projected onto the vocabulary
                  (`rl.trainer.logprob_min_positions` = 0)
-    demo_loss_positions  the same with only the loss's positions projected (the default)
+    demo_loss_positions  the same with only the loss's positions projected (at least 128)
 
 Each variant runs in its own process, so its peak resident memory is its own. Reported per
 variant: the first step's seconds (compilation included), the median of the next steps,
@@ -85,8 +85,8 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
     cfg = SMOLLM2_135M if full_vocab else SMOLLM2_135M.replace(vocab_size=vocab)
     c = train_step.default_config()
     c.update(remat=remat, seq_buckets=(length,), tokens_per_micro=rows * length)
-    if loss.endswith("every position"):
-        c.logprob_min_positions = 0
+    if loss == "turns":
+        c.logprob_min_positions = 128
     c.optimizer.learning_rate = 2e-5
     c.lora.enabled = lora
     trainer = SFTTrainer(Decoder(cfg, rngs=nnx.Rngs(0)), c, single_device_mesh())

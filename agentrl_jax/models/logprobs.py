@@ -172,8 +172,7 @@ def token_logprobs(
 
     `at` (int32 [B, K], `rl.batch.loss_positions`) projects only those positions of each row
     onto the vocabulary; entries equal to T are padding. Elsewhere both outputs are 0. A
-    warm-start or policy loss reads only the agent's tokens, often a tenth of a row, and the
-    vocabulary projection is a fifth of SmolLM2's step (`benchmarks/warm_start_step.py`).
+    warm-start or policy loss reads only the agent's tokens, often a tenth of a row.
     """
     hidden = model.hidden(tokens, positions, segment_ids, remat=remat)
     tied = model.cfg.tie_word_embeddings
