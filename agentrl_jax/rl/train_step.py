@@ -68,7 +68,7 @@ def default_config() -> ml_collections.ConfigDict:
             logprob_keep_bytes=1 << 30,
             # > 0: project only the positions the loss reads (`rl.batch.loss_positions`) onto
             # the vocabulary, at least this many per row; 0: every position. Off by default:
-            # 1.04x the step on CPU (benchmarks/loss_positions.py), 0.5 GB less memory
+            # no faster on CPU (benchmarks/loss_positions.py, docs/performance.md)
             logprob_min_positions=0,
             remat=False,  # recompute each block in the backward pass
             compute_dtype=ml_collections.config_dict.placeholder(str),  # e.g. "bfloat16"

@@ -43,7 +43,7 @@ def default_config() -> ml_collections.ConfigDict:
         # cost model), in place of seq_buckets
         auto_buckets=0,
         # loss weight of the demonstrations' context tokens (the assistant's are 1):
-        # a language-modelling term on the observations (sft/demos.py)
+        # a language-modelling term on the observations, free in compute (sft/demos.py)
         context_loss_weight=0.0,
         # share of the demonstrations trained with their rare copied words swapped for other
         # words of their task (sft/copy_swap.py): entities only reading the context predicts
