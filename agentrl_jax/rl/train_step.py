@@ -349,9 +349,12 @@ class Trainer:
 
     # ---- public --------------------------------------------------------------------------
 
-    def logprobs(self, params: Params, batch: TrainBatch) -> tuple[jax.Array, jax.Array]:
-        """(log π_θ(targets), entropy) [B, T]: e.g. proximal log-probs before an update."""
-        return self._logprobs(params, self.shard_batch(batch), self.frozen_params)
+    def logprobs(self, params: Params, batch: TrainBatch, base: Params | None = None
+                 ) -> tuple[jax.Array, jax.Array]:
+        """(log π_θ(targets), entropy) [B, T]: e.g. proximal log-probs before an update
+        (`base`: as in `model_view`)."""
+        base = self.frozen_params if base is None else base
+        return self._logprobs(params, self.shard_batch(batch), base)
 
     def gradients(
         self, params: Params, micro_batches: list[TrainBatch], num_loss_tokens: float

@@ -120,6 +120,13 @@ def test_kl_reference_is_the_base_without_a_second_copy(model, mesh):
     want, _ = token_logprobs(merged, mb.tokens, mb.positions, mb.segment_ids, mb.targets)
     got, _ = trainer.logprobs(state.params, mb)
     np.testing.assert_allclose(got, want, atol=2e-5)
+    # Another base, given explicitly, is the one the adapters sit on
+    other = jax.tree.map(lambda w: 1.5 * w, trainer.frozen_params)
+    merged_other = lora.merged(trainer.model(jax.device_get(state.params), other))
+    want, _ = token_logprobs(merged_other, mb.tokens, mb.positions, mb.segment_ids, mb.targets)
+    got, _ = trainer.logprobs(state.params, mb, other)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    assert np.abs(np.asarray(got) - np.asarray(trainer.logprobs(state.params, mb)[0])).max() > 1e-3
 
 
 def test_lora_off_by_default_and_configurable_targets(model, mesh):
