@@ -1,13 +1,16 @@
 """Full fine-tuning against LoRA (rank 16, all projections) on SmolLM2-135M-Instruct.
 
-Same batch, same run (each part in its own subprocess, so each peak RSS is its own):
-  * train step: one policy-gradient step (forward, backward, AdamW), fp32, batch × length
-    tokens, full parameters vs adapters over a frozen base: `lora_vs_full_step` (seconds ratio,
-    median of `--steps` after a warm-up step), `full_peak_rss_mb`, `lora_peak_rss_mb`;
-  * profile (`profile_part`): the loss's forward, its gradient in every weight, in the
-    layers' norm scales only (the frozen base's floor: activations' gradients, no weight
-    gradients) and in the adapters, each timed alone: `frozen_base_floor_vs_full_grad` is the
-    best any adapter method can do on this base, `lora_grad_vs_full_grad` what LoRA does;
+Same batch, same run; each part in its own subprocess, so each peak RSS is its own:
+  * steps and profile (`profile_part`), all timed interleaved in one process, so that load
+    which drifts between them hits each alike (`--rounds`, medians): one policy-gradient
+    train step (forward, backward, AdamW), fp32, batch × length tokens, full parameters vs
+    adapters over a frozen base (`lora_vs_full_step`, and what each step spends beyond its
+    gradient program, `*_step_beyond_grad_s`); and four programs of one loss: its forward,
+    its gradient in every weight, in the layers' norm scales only (the frozen base's floor:
+    activations' gradients, no weight gradients) and in the adapters:
+    `frozen_base_floor_vs_full_grad` is the best any adapter method can do on this base,
+    `lora_grad_vs_full_grad` what LoRA does;
+  * memory: `full_peak_rss_mb`, `lora_peak_rss_mb` of a process that takes two steps;
   * weight update: bytes one sync carries, `full_sync_bytes` (the sampler-layout weights) vs
     `lora_sync_bytes` (the adapter tree);
   * FLOPs of one step (XLA's cost analysis of the compiled gradient and optimizer update):
@@ -20,13 +23,14 @@ Same batch, same run (each part in its own subprocess, so each peak RSS is its o
     vs merged into a copy of the weights: `lora_decode_vs_base` (unmerged / base) and
     `merged_decode_vs_base`. The three engines are timed interleaved.
 
-    python -m benchmarks.lora [--batch 4] [--length 256] [--steps 3] [--decode_batch 8]
+    python -m benchmarks.lora [--batch 4] [--length 256] [--rounds 5] [--decode_batch 8]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import resource
@@ -59,7 +63,8 @@ def _lora_config(c) -> None:
     c.lora.update(enabled=True, rank=16, alpha=32.0)
 
 
-def train_part(mode: str, batch: int, length: int, steps: int) -> dict:
+def memory_part(mode: str, batch: int, length: int) -> dict:
+    """Peak RSS of a process that takes two train steps, and the bytes one weight sync carries."""
     from agentrl_jax.parallel.mesh import make_mesh
     from agentrl_jax.pipeline import weight_sync
     from agentrl_jax.rl import train_step as ts
@@ -74,80 +79,92 @@ def train_part(mode: str, batch: int, length: int, steps: int) -> dict:
     del model
     state = trainer.init_state()
     mb = _batch(batch, length, trainer.model_view().cfg.vocab_size)
-    times = []
-    for _ in range(steps + 1):
-        start = time.perf_counter()
-        state, _ = trainer.step(state, [mb], float(batch * length))  # floats: step finished
-        times.append(time.perf_counter() - start)
+    for _ in range(2):
+        state, _ = trainer.step(state, [mb], float(batch * length))
     sync_bytes = weight_sync.WeightUpdate.of(1, weight_sync.snapshot(trainer, state)).nbytes
-    return {"step_s": statistics.median(times[1:]), "peak_rss_mb": _peak_rss_mb(),
-            "sync_bytes": sync_bytes}
+    return {"peak_rss_mb": _peak_rss_mb(), "sync_bytes": sync_bytes}
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    """Median wall time of `fn()` (blocked on its result) after one call that compiles."""
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def _interleaved_times(programs: dict, rounds: int) -> dict[str, list[float]]:
+    """Wall times of each thunk (blocked on its result) after one call that compiles, timed in
+    rounds that run every program once, so load that drifts hits all of them alike."""
+    for fn in programs.values():
         jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, fn in programs.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
-def profile_part(batch: int, length: int, repeats: int) -> dict:
-    """Where the LoRA step's time goes, as differences of four programs on one loss
-    (−Σ log π(targets)), timed in one process:
+def profile_part(batch: int, length: int, rounds: int) -> dict:
+    """Where the LoRA step's time goes: the two train steps and four programs of one loss
+    (−Σ log π(targets)), all timed interleaved in one process:
 
       forward: the log-probs alone;
       full_grad: ∂/∂ every weight;
       base_backward: ∂/∂ the layers' input-norm scales only, which needs the activations'
         gradient through every layer but none of the weight-gradient matmuls: the floor under
         any adapter method on this frozen base;
-      lora_grad: ∂/∂ the adapters (rank 16, every projection).
+      lora_grad: ∂/∂ the adapters (rank 16, every projection);
+      full_step, lora_step: `Trainer.step` (policy-gradient loss, gradient, AdamW).
 
     So full_grad − base_backward is what freezing the base can save at most, and
-    lora_grad − base_backward is what the adapters cost on top of that floor.
+    lora_grad − base_backward is what the adapters cost on top of that floor. The weights are
+    the programs' arguments, as in a train step (closed over, they would be constants).
     """
     from agentrl_jax.parallel.mesh import make_mesh
     from agentrl_jax.rl import train_step as ts
 
     mesh = make_mesh(devices=jax.devices()[:1])
+    tokens = float(batch * length)
 
     def trainer(lora: bool):
         c = ts.default_config()
+        c.optimizer.learning_rate = 1e-5
         c.seq_buckets, c.tokens_per_micro = (length,), batch * length
         if lora:
             _lora_config(c)
         t = ts.Trainer(_base(), c, mesh)
-        return t, t.init_state().params, _batch(batch, length, t.model_view().cfg.vocab_size)
+        return t, _batch(batch, length, t.model_view().cfg.vocab_size)
 
-    def loss(t, p, mb):
-        return -t.logprobs(p, mb)[0].sum()
+    def loss(t, p, mb, base=None):
+        return -t.logprobs(p, mb, base)[0].sum()
 
-    def full_programs() -> dict:
-        t, params, mb = trainer(lora=False)
+    def stepper(t, mb):
+        state = [t.init_state()]   # a step donates its state: each call takes the last one's
 
-        def norms_loss(norms):
-            return loss(t, {**params, "layers": {**params["layers"], "input_norm": norms}}, mb)
+        def step():
+            state[0], _ = t.step(state[0], [mb], tokens)  # floats: the step has finished
+            return state[0].params
+        return step, state
 
-        full_grad = jax.jit(jax.grad(lambda p: loss(t, p, mb)))
-        base_backward = jax.jit(jax.grad(norms_loss))
-        return {
-            "forward_s": _median_seconds(lambda: t.logprobs(params, mb)[0], repeats),
-            "full_grad_s": _median_seconds(lambda: full_grad(params), repeats),
-            "base_backward_s": _median_seconds(
-                lambda: base_backward(params["layers"]["input_norm"]), repeats),
-        }
+    full, mb = trainer(lora=False)
+    full_step, full_state = stepper(full, mb)
+    params = jax.tree.map(lambda x: x.copy(), full_state[0].params)
 
-    def lora_programs() -> dict:
-        t, adapters, mb = trainer(lora=True)
-        lora_grad = jax.jit(jax.grad(lambda p: loss(t, p, mb)))
-        return {"lora_forward_s": _median_seconds(lambda: t.logprobs(adapters, mb)[0], repeats),
-                "lora_grad_s": _median_seconds(lambda: lora_grad(adapters), repeats)}
+    def norms_loss(norms, params):
+        return loss(full, {**params, "layers": {**params["layers"], "input_norm": norms}}, mb)
 
-    out = {**full_programs(), **lora_programs()}
-    return {f"profile_{k}": v for k, v in out.items()}
+    full_grad = jax.jit(jax.grad(lambda p: loss(full, p, mb)))
+    base_backward = jax.jit(jax.grad(norms_loss))
+    lora, lora_mb = trainer(lora=True)
+    lora_step, lora_state = stepper(lora, lora_mb)
+    adapters = jax.tree.map(lambda x: x.copy(), lora_state[0].params)
+    base = lora.frozen_params
+    lora_grad = jax.jit(jax.grad(lambda p, base: loss(lora, p, lora_mb, base)))
+    times = _interleaved_times({
+        "forward_s": lambda: full.logprobs(params, mb)[0],
+        "full_grad_s": lambda: full_grad(params),
+        "base_backward_s": lambda: base_backward(params["layers"]["input_norm"], params),
+        "full_step_s": full_step,
+        "lora_forward_s": lambda: lora.logprobs(adapters, lora_mb)[0],
+        "lora_grad_s": lambda: lora_grad(adapters, base),
+        "lora_step_s": lora_step,
+    }, rounds)
+    return {f"profile_{k}": statistics.median(t) for k, t in times.items()}
 
 
 def _gflop(compiled) -> float:
@@ -157,8 +174,6 @@ def _gflop(compiled) -> float:
 
 
 def flops_part(batch: int, length: int) -> dict:
-    import functools
-
     import optax
 
     scan = jax.lax.scan
@@ -234,13 +249,8 @@ def decode_part(batch: int, prompt_len: int, new: int, rounds: int) -> dict:
                 for _ in range(batch)]
     for engine in engines.values():
         engine.warmup()
-        engine.generate(requests[:1])
-    times = {name: [] for name in engines}
-    for _ in range(rounds):  # interleaved, so load from other processes hits all alike
-        for name, engine in engines.items():
-            start = time.perf_counter()
-            engine.generate(requests)
-            times[name].append(time.perf_counter() - start)
+    times = _interleaved_times({name: functools.partial(engine.generate, requests)
+                                for name, engine in engines.items()}, rounds)
     tok_s = {name: batch * new / min(t) for name, t in times.items()}
     return {f"{name}_decode_tok_s": v for name, v in tok_s.items()}
 
@@ -253,18 +263,18 @@ def _subprocess(*args: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", choices=["train", "flops", "decode", "profile"])
+    parser.add_argument("--part", choices=["memory", "flops", "decode", "profile"])
     parser.add_argument("--mode", choices=["full", "lora"], default="full")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--decode_batch", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    if args.part == "train":
-        print(json.dumps(train_part(args.mode, args.batch, args.length, args.steps)))
+    shape = ("--batch", str(args.batch), "--length", str(args.length))
+    if args.part == "memory":
+        print(json.dumps(memory_part(args.mode, args.batch, args.length)))
         return
     if args.part == "flops":
         print(json.dumps(flops_part(args.batch, args.length)))
@@ -273,28 +283,27 @@ def main() -> None:
         print(json.dumps(decode_part(args.decode_batch, args.prompt, args.new, args.rounds)))
         return
     if args.part == "profile":
-        print(json.dumps(profile_part(args.batch, args.length, args.steps)))
+        print(json.dumps(profile_part(args.batch, args.length, args.rounds)))
         return
-    train = ("--part", "train", "--batch", str(args.batch), "--length", str(args.length),
-             "--steps", str(args.steps))
-    full = _subprocess(*train, "--mode", "full")
-    lora = _subprocess(*train, "--mode", "lora")
-    flops = _subprocess("--part", "flops", "--batch", str(args.batch), "--length",
-                        str(args.length))
-    profile = _subprocess("--part", "profile", "--batch", str(args.batch), "--length",
-                          str(args.length), "--steps", str(args.steps))
+    full = _subprocess("--part", "memory", *shape, "--mode", "full")
+    lora = _subprocess("--part", "memory", *shape, "--mode", "lora")
+    flops = _subprocess("--part", "flops", *shape)
+    profile = _subprocess("--part", "profile", *shape, "--rounds", str(args.rounds))
     decode = _subprocess("--part", "decode", "--decode_batch", str(args.decode_batch),
                          "--prompt", str(args.prompt), "--new", str(args.new),
                          "--rounds", str(args.rounds))
     figures = {
-        "lora_vs_full_step": lora["step_s"] / full["step_s"],
-        "full_step_s": full["step_s"], "lora_step_s": lora["step_s"],
+        "lora_vs_full_step": profile["profile_lora_step_s"] / profile["profile_full_step_s"],
         "lora_vs_full_flops": flops["lora_step_gflop"] / flops["full_step_gflop"], **flops,
         "full_peak_rss_mb": full["peak_rss_mb"], "lora_peak_rss_mb": lora["peak_rss_mb"],
         **profile,
         "lora_grad_vs_full_grad": profile["profile_lora_grad_s"] / profile["profile_full_grad_s"],
         "frozen_base_floor_vs_full_grad":
             profile["profile_base_backward_s"] / profile["profile_full_grad_s"],
+        "lora_step_beyond_grad_s":
+            profile["profile_lora_step_s"] - profile["profile_lora_grad_s"],
+        "full_step_beyond_grad_s":
+            profile["profile_full_step_s"] - profile["profile_full_grad_s"],
         "full_sync_bytes": full["sync_bytes"], "lora_sync_bytes": lora["sync_bytes"],
         "lora_decode_vs_base": decode["unmerged_decode_tok_s"] / decode["base_decode_tok_s"],
         "merged_decode_vs_base": decode["merged_decode_tok_s"] / decode["base_decode_tok_s"],
