@@ -49,6 +49,10 @@ def get_config(mode: str = "") -> object:
         c.sft.tokens_per_micro = c.rl.trainer.tokens_per_micro = 4096
         c.rl.pipeline.update(steps=10, groups_per_step=5, group_size=4)
         c.eval.per_task = 10
+        # 32 episodes in flight hold up to ~3k tokens each (ALFWorld's, evaluated together):
+        # in 2,048 pages (32k tokens) their KV did not fit, and the engine re-prefilled
+        # evicted contexts every turn (3 of 200 test episodes done in 30 min).
+        c.rl.engine.num_pages = 6144
     elif mode == "gpu":
         c.env.tasks = GPU_TASKS
         c.env.concurrency = 64
