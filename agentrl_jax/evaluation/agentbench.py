@@ -131,6 +131,20 @@ async def evaluate(
                       concurrency=concurrency, seed=seed, on_episode=on_episode)
 
 
+def round_robin(task_indices: Mapping[str, Sequence[SampleIndex]]
+                ) -> list[tuple[str, SampleIndex]]:
+    """Every (task, index), one index of each task in turn (tasks sorted, each in its order).
+
+    Queued so, the episodes in flight mix the tasks: queued task by task, the first ones were
+    all one task's, and 32 of ALFWorld's ~3k-token contexts overflowed the sampler's KV pool,
+    which then re-prefilled evicted contexts every turn (docs/warm_start.md).
+    """
+    tasks = sorted(task_indices)
+    longest = max((len(task_indices[t]) for t in tasks), default=0)
+    return [(t, task_indices[t][i]) for i in range(longest) for t in tasks
+            if i < len(task_indices[t])]
+
+
 async def play(
     client: ControllerClient,
     generator: Generator,
@@ -146,8 +160,7 @@ async def play(
     limit = asyncio.Semaphore(concurrency)
     rng = random.Random(seed)
     jobs = [(task, run, index, rng.getrandbits(32))
-            for run in range(runs) for task in sorted(task_indices)
-            for index in task_indices[task]]
+            for run in range(runs) for task, index in round_robin(task_indices)]
 
     async def play(task: str, run: int, index: SampleIndex, episode_seed: int):
         async with limit:

@@ -1,5 +1,6 @@
 """Per-episode outcomes, intervals in the results, the paired before/after comparison."""
 
+import asyncio
 import json
 
 import numpy as np
@@ -48,3 +49,18 @@ def test_paired_comparison_per_task_and_mean():
 def test_interval_formatting():
     assert agentbench.format_interval({"low": 0.1, "high": 0.25}) == "[10.0, 25.0]"
     assert agentbench.format_interval({"low": None, "high": None}) == "[–]"
+
+
+def test_episodes_are_queued_one_task_at_a_time_in_turn(monkeypatch):
+    started = []
+
+    async def fake_episode(client, generator, agent, task, index, **_):
+        started.append((task, index))
+        return rollout(index, True)
+
+    monkeypatch.setattr(agentbench, "run_episode", fake_episode)
+    results = asyncio.run(agentbench.play(None, None, None, {"kg": [7, 8, 9], "db": [1, 2]},
+                                          concurrency=1))
+    assert started == [("db", 1), ("kg", 7), ("db", 2), ("kg", 8), ("kg", 9)]
+    assert sorted(results) == ["db", "kg"]
+    assert [o["index"] for o in results["kg"].outcomes] == [7, 8, 9]
