@@ -143,8 +143,13 @@ def _wait_until_serving(api: str, proc: subprocess.Popen) -> None:
 
 def tool_call_message(name: str, arguments: dict[str, Any] | str, content: str = "",
                       call_id: str = "0") -> dict[str, Any]:
-    """An OpenAI assistant message calling one tool (`arguments` as a dict or raw JSON text)."""
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    """An OpenAI assistant message calling one tool (`arguments` as a dict or raw JSON text).
+
+    A dict is written as the model writes it: non-ASCII characters as themselves, not as
+    `\\u` escapes. The demonstrations are this text, and a name the model can only copy from
+    its context ("Chhindwāra") must appear in the call as it appears there.
+    """
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     return {"role": "assistant", "content": content,
             "tool_calls": [{"id": call_id, "type": "function",
                             "function": {"name": name, "arguments": raw}}]}

@@ -22,8 +22,15 @@ from agentrl_jax.cache_dirs import cache_root
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+# Raised whenever what the oracles export changes: the cached files' names carry it, and the
+# warm start's cache key carries their names. 2: tool-call arguments keep non-ASCII characters
+# (`Chhindwāra`, not `Chhindw\u0101ra`).
+DEMO_FORMAT = 2
+
+
 def demo_path(task: str, split: str, limit: int) -> pathlib.Path:
-    return cache_root() / "demos" / f"{task}-{split}-spread{limit}.jsonl"
+    """Where `limit` spread oracle episodes of `task` on `split` are cached."""
+    return cache_root() / "demos" / f"{task}-{split}-spread{limit}-v{DEMO_FORMAT}.jsonl"
 
 
 def oracle_demos(task: str, split: str = "train", limit: int = 100,

@@ -9,10 +9,10 @@ assistant messages already in the history, so the oracle is a pure function of (
 from __future__ import annotations
 
 import functools
-import json
 
 from environments.alfworld.engine import AlfworldGame, walkthrough_of
 from environments.alfworld.task import AlfworldTask
+from environments.oracle import tool_call_message
 
 
 class Oracle:
@@ -33,7 +33,4 @@ class Oracle:
         step = sum(1 for message in history if message.get("role") == "assistant")
         plan = self.plan(index)
         action = plan[step] if step < len(plan) else "look"
-        return {"role": "assistant", "content": "",
-                "tool_calls": [{"id": "0", "type": "function",
-                                "function": {"name": "take_action",
-                                             "arguments": json.dumps({"action": action})}}]}
+        return tool_call_message("take_action", {"action": action})

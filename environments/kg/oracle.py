@@ -8,11 +8,10 @@ short thought, so exported episodes read like the one-shot example and serve as 
 
 from __future__ import annotations
 
-import json
-
 from environments.kg.questions import parse_action
 from environments.kg.task import KnowledgeGraphTask
 from environments.kg.tools import TOOL_PARAMETERS
+from environments.oracle import tool_call_message
 
 
 class Oracle:
@@ -33,10 +32,7 @@ class Oracle:
         names = {entity: label for label, entity in item["entities"].items()}
         shown = [names.get(arg, arg) for arg in args]
         arguments = dict(zip(TOOL_PARAMETERS[name], shown, strict=True))
-        return {"role": "assistant", "content": _thought(name, shown),
-                "tool_calls": [{"id": "0", "type": "function",
-                                "function": {"name": name,
-                                             "arguments": json.dumps(arguments)}}]}
+        return tool_call_message(name, arguments, content=_thought(name, shown))
 
 
 def _turns_since_question(item: dict, history: list[dict]) -> int:

@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any
 
+from environments.oracle import tool_call_message
 from environments.webshop.reward import get_reward
 from environments.webshop.task import WebShopTask
 
@@ -60,11 +61,6 @@ def agent_actions(history: list[dict]) -> list[tuple[str, str]]:
     return actions
 
 
-def call(name: str, argument_name: str, value: str) -> dict:
-    return {"role": "assistant", "content": "",
-            "tool_calls": [{"id": "0", "type": "function",
-                            "function": {"name": name,
-                                         "arguments": json.dumps({argument_name: value})}}]}
 
 
 class Oracle:
@@ -103,20 +99,21 @@ class Oracle:
             asin, done = clicks[last].upper(), set(clicks[last + 1:])
             for value in self.options_for(self.task.shop.by_asin[asin], goal).values():
                 if value not in done:
-                    return call("click_action", "value", value)
-            return call("click_action", "value", "buy now")
+                    return tool_call_message("click_action", {"value": value})
+            return tool_call_message("click_action", {"value": "buy now"})
 
         if page["has_search_bar"] or not searches:
-            return call("search_action", "keywords", search_keywords(goal["instruction_text"]))
+            keywords = search_keywords(goal["instruction_text"])
+            return tool_call_message("search_action", {"keywords": keywords})
 
         shown = [c for c in clickables if c.upper() in self.task.shop.by_asin]
         for candidate in shown:
             if self.satisfies(candidate.upper(), goal):
-                return call("click_action", "value", candidate)
+                return tool_call_message("click_action", {"value": candidate})
         if searches[-1] == title_query and goal["asin"].lower() in shown:
-            return call("click_action", "value", goal["asin"].lower())
+            return tool_call_message("click_action", {"value": goal["asin"].lower()})
         if "next >" in clickables:
-            return call("click_action", "value", "next >")
+            return tool_call_message("click_action", {"value": "next >"})
         if title_query not in searches:
-            return call("search_action", "keywords", title_query)
-        return call("click_action", "value", shown[0] if shown else "back to search")
+            return tool_call_message("search_action", {"keywords": title_query})
+        return tool_call_message("click_action", {"value": shown[0] if shown else "back to search"})

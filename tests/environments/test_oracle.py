@@ -80,3 +80,15 @@ def test_the_oracle_plays_through_a_controller(tmp_path):
     assert not missing.success and "controller answered" in missing.error
     assert len(sessions) == 7   # ended, not yet collected: every one the controller started
     assert {s["status"] for s in sessions} == {"completed"}
+
+
+def test_tool_call_arguments_keep_names_as_the_context_writes_them():
+    # A name the agent can only copy from its context must appear in the demonstration's call as
+    # it appears there, not as a JSON escape no copy could produce.
+    from agentrl_jax.sft.demos import assistant_text
+
+    message = oracle.tool_call_message("get_relations", {"variable": "Chhindwāra"})
+    raw = message["tool_calls"][0]["function"]["arguments"]
+    assert raw == '{"variable": "Chhindwāra"}' and json.loads(raw) == {"variable": "Chhindwāra"}
+    assert '"arguments": {"variable": "Chhindwāra"}' in assistant_text(message)
+    assert "\\u" not in assistant_text(message)
