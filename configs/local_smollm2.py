@@ -53,6 +53,8 @@ def get_config(mode: str = "") -> object:
         # in 2,048 pages (32k tokens) their KV did not fit, and the engine re-prefilled
         # evicted contexts every turn (3 of 200 test episodes done in 30 min).
         c.rl.engine.num_pages = 6144
+        # The oracles' ALFWorld and WebShop episodes take up to 10 turns (8 cut them short).
+        c.rl.limits.max_turns = 10
     elif mode == "gpu":
         c.env.tasks = GPU_TASKS
         c.env.concurrency = 64
