@@ -61,8 +61,6 @@ def agent_actions(history: list[dict]) -> list[tuple[str, str]]:
     return actions
 
 
-
-
 class Oracle:
     def __init__(self, task: WebShopTask) -> None:
         self.task = task
