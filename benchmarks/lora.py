@@ -109,12 +109,20 @@ def profile_part(batch: int, length: int, rounds: int) -> dict:
         gradient through every layer but none of the weight-gradient matmuls: the floor under
         any adapter method on this frozen base;
       lora_grad: ∂/∂ the adapters (rank 16, every projection);
-      full_step, lora_step: `Trainer.step` (policy-gradient loss, gradient, AdamW).
+      full_step, lora_step: `Trainer.step` (policy-gradient loss, gradient, AdamW);
+      full_pg_grad, lora_pg_grad: `Trainer.gradients`, the step's gradient of its own loss
+        (the policy-gradient objective, its entropy and metrics) without the update;
+      full_update, lora_update: the step's AdamW update alone, on gradients computed before.
 
     So full_grad − base_backward is what freezing the base can save at most, and
-    lora_grad − base_backward is what the adapters cost on top of that floor. The weights are
-    the programs' arguments, as in a train step (closed over, they would be constants).
+    lora_grad − base_backward is what the adapters cost on top of that floor; a step's time
+    beyond its plain gradient splits into its loss (pg_grad − grad), its update, and the rest
+    (step − pg_grad − update: dispatch, metrics to the host). The weights are the programs'
+    arguments, as in a train step (closed over, they would be constants).
     """
+    import jax.numpy as jnp
+    import optax
+
     from agentrl_jax.parallel.mesh import make_mesh
     from agentrl_jax.rl import train_step as ts
 
@@ -155,6 +163,15 @@ def profile_part(batch: int, length: int, rounds: int) -> dict:
     adapters = jax.tree.map(lambda x: x.copy(), lora_state[0].params)
     base = lora.frozen_params
     lora_grad = jax.jit(jax.grad(lambda p, base: loss(lora, p, lora_mb, base)))
+    def updater(t, state):
+        """The step's optimizer update alone, on the gradient of the state's own params."""
+        grads = jax.tree.map(jnp.ones_like, state.params)
+        update = jax.jit(lambda params, opt, grads: optax.apply_updates(
+            params, t.tx.update(grads, opt, params)[0]))
+        return lambda: update(state.params, state.opt_state, grads)
+
+    full_update = updater(full, full.init_state())
+    lora_update = updater(lora, lora.init_state())
     times = _interleaved_times({
         "forward_s": lambda: full.logprobs(params, mb)[0],
         "full_grad_s": lambda: full_grad(params),
@@ -163,6 +180,10 @@ def profile_part(batch: int, length: int, rounds: int) -> dict:
         "lora_forward_s": lambda: lora.logprobs(adapters, lora_mb)[0],
         "lora_grad_s": lambda: lora_grad(adapters, base),
         "lora_step_s": lora_step,
+        "full_pg_grad_s": lambda: full.gradients(params, [mb], tokens)[0],
+        "lora_pg_grad_s": lambda: lora.gradients(adapters, [lora_mb], tokens)[0],
+        "full_update_s": full_update,
+        "lora_update_s": lora_update,
     }, rounds)
     return {f"profile_{k}": statistics.median(t) for k, t in times.items()}
 
@@ -255,6 +276,14 @@ def decode_part(batch: int, prompt_len: int, new: int, rounds: int) -> dict:
     return {f"{name}_decode_tok_s": v for name, v in tok_s.items()}
 
 
+def _beyond_grad(profile: dict, mode: str) -> dict[str, float]:
+    """A step's time beyond its plain gradient, split: its loss's extra cost over −Σ log π
+    (`pg_loss`), its optimizer update (`update`), and the rest (`other`)."""
+    get = lambda name: profile[f"profile_{mode}_{name}_s"]  # noqa: E731
+    return {"pg_loss": get("pg_grad") - get("grad"), "update": get("update"),
+            "other": get("step") - get("pg_grad") - get("update")}
+
+
 def _subprocess(*args: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "benchmarks.lora", *args], check=True,
                          capture_output=True, text=True, env=os.environ.copy())
@@ -304,6 +333,8 @@ def main() -> None:
             profile["profile_lora_step_s"] - profile["profile_lora_grad_s"],
         "full_step_beyond_grad_s":
             profile["profile_full_step_s"] - profile["profile_full_grad_s"],
+        **{f"{mode}_step_{part}_s": seconds for mode in ("full", "lora")
+           for part, seconds in _beyond_grad(profile, mode).items()},
         "full_sync_bytes": full["sync_bytes"], "lora_sync_bytes": lora["sync_bytes"],
         "lora_decode_vs_base": decode["unmerged_decode_tok_s"] / decode["base_decode_tok_s"],
         "merged_decode_vs_base": decode["merged_decode_tok_s"] / decode["base_decode_tok_s"],
