@@ -353,16 +353,24 @@ async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,
             if not run.done("rl"):
                 tasks = await rl_task_indices(config, client)
                 bar = tqdm(total=config.rl.pipeline.steps, desc="RL", unit="step")
+                last = {"reward": 0.0, "success": 0.0}
 
                 def on_step(r) -> None:
                     bar.n = r.step
-                    bar.set_postfix(reward=f"{r.metrics.get('reward_mean', 0):.2f}",
-                                    success=f"{r.metrics.get('success', 0):.2f}")
+                    last.update(reward=r.metrics.get("reward_mean", 0.0),
+                                success=r.metrics.get("success", 0.0))
                     bar.refresh()
+
+                def on_progress(p) -> None:   # a step takes minutes on a CPU
+                    bar.set_postfix_str(
+                        f"step {p.step}: {p.phase}, {p.episodes} episodes, {p.kept}/{p.drawn} "
+                        f"groups kept; last step reward {last['reward']:.2f} success "
+                        f"{last['success']:.2f}")
 
                 result = await rl_stage.run_rl(
                     config.rl, policy=policy, engine=engine, trainer_mesh=mesh, client=client,
                     task_indices=tasks, run_dir=run.path, metrics=metrics, on_step=on_step,
+                    on_progress=on_progress,
                     probe=probe_rl, rollouts=rollout_source(config, engine, url))
                 bar.close()
                 shutil.rmtree(final_dir, ignore_errors=True)

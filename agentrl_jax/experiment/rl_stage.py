@@ -137,6 +137,7 @@ async def run_rl(
     run_dir: str | os.PathLike,
     metrics: MetricsLog,
     on_step: Callable[[runner.StepReport], None] | None = None,
+    on_progress: runner.ProgressCallback | None = None,
     reference: Decoder | None = None,
     make_driver: DriverFactory = TrainerDriver,
     remote: HubSettings | None = None,
@@ -190,7 +191,8 @@ async def run_rl(
         pipeline = runner.RLPipeline(
             pcfg, client=client, engine=engine, trainer=driver,
             agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
-            adv_config=config.advantages, on_step=checkpoint_and_log, bookkeeping=book,
+            adv_config=config.advantages, on_step=checkpoint_and_log, on_progress=on_progress,
+            bookkeeping=book,
             remote=remote, weights_fn=driver.weights, external_groups=rollouts is not None)
         if pipeline.hub is not None and start_hub is not None:
             await start_hub(pipeline.hub)

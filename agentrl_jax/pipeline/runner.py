@@ -64,6 +64,7 @@ from agentrl_jax.sampling.engine import prefill_window
 log = logging.getLogger(__name__)
 
 StepCallback = Callable[["StepReport"], Awaitable[None] | None]
+ProgressCallback = Callable[["StepProgress"], None]
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -110,6 +111,24 @@ class StepReport:
     bookkeeping: dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class StepProgress:
+    """Where the step in progress stands, for a progress bar: a step on a CPU takes minutes,
+    and without this a user cannot tell rollouts from training.
+
+    `episodes`: episodes finished since the previous step's update (by any worker, for this
+    step or, run ahead, the next). `drawn`/`kept`: groups this step has taken from the buffer
+    and kept for training (under dynamic sampling, those with reward variance). `phase`:
+    "rollouts" until the step has its groups, then "training", then "syncing" the weights.
+    """
+
+    step: int
+    phase: str
+    episodes: int
+    drawn: int
+    kept: int
+
+
 class RLPipeline:
     """Owns one run's loop; everything it needs is built by the launcher and passed in."""
 
@@ -124,12 +143,15 @@ class RLPipeline:
         stream: TaskStream | curriculum.LearnabilityCurriculum,
         adv_config: ml_collections.ConfigDict,
         on_step: StepCallback | None = None,
+        on_progress: ProgressCallback | None = None,
         bookkeeping: dict[str, Any] | None = None,
         remote: HubSettings | None = None,
         weights_fn: Callable[[TrainState, int], Any] | None = None,
         external_groups: bool = False,
     ):
-        """`remote`: serve out-of-process sampling workers through a hub built here
+        """`on_progress`: called with a `StepProgress` as episodes finish and the step moves
+        from rollouts to training and syncing (from the event loop; keep it quick).
+        `remote`: serve out-of-process sampling workers through a hub built here
         (`self.hub`); the caller starts it before `run` and stops it after.
         `weights_fn(state, version)`: the sampler-layout weights of a state, to be served as
         weight `version` (run in a worker thread);
@@ -140,6 +162,8 @@ class RLPipeline:
         self.client, self.engine, self.trainer = client, engine, trainer
         self.agent, self.stream, self.adv_config = agent, stream, adv_config
         self.on_step = on_step
+        self.on_progress = on_progress
+        self._progress = StepProgress(step=0, phase="rollouts", episodes=0, drawn=0, kept=0)
         self.weights_fn = weights_fn
         self.external_groups = external_groups
         book = bookkeeping or {}
@@ -151,7 +175,7 @@ class RLPipeline:
                                        policy_mix=agent.policy_mix)
         self._gate: StalenessGate | None = None   # the async loop's, while it runs
         self.hub = None if remote is None else RolloutHub(
-            remote.spec, config.group_size, claim=self._claim_group, deliver=self.buffer.add,
+            remote.spec, config.group_size, claim=self._claim_group, deliver=self._deliver,
             lease_timeout_s=remote.lease_timeout_s)
         self._sampler_totals: dict[str, float] = {}
 
@@ -177,7 +201,7 @@ class RLPipeline:
         assert self.engine is not None, "in-process groups need the pipeline's engine"
         await play_group(self.client, self.engine, self.agent, task, index, group_id=group_id,
                          group_size=self.config.group_size, rng=self._rng,
-                         on_rollout=self.buffer.add)
+                         on_rollout=self._deliver)
 
     def add_external_group(self, rollouts: Sequence[Rollout]) -> int:
         """Admits a whole group played outside the pipeline (the OpenAI server's trajectories,
@@ -200,8 +224,18 @@ class RLPipeline:
         if self._gate is not None:
             self._gate.count_started()
         for member, rollout in enumerate(rollouts):
-            self.buffer.add(dataclasses.replace(rollout, group_id=group_id, member=member))
+            self._deliver(dataclasses.replace(rollout, group_id=group_id, member=member))
         return group_id
+
+    def _deliver(self, rollout: Rollout) -> None:
+        """A finished episode, from any source, into the buffer (and the step's progress)."""
+        self.buffer.add(rollout)
+        self._report_progress(episodes=self._progress.episodes + 1)
+
+    def _report_progress(self, **changes: Any) -> None:
+        self._progress = dataclasses.replace(self._progress, **changes)
+        if self.on_progress is not None:
+            self.on_progress(self._progress)
 
     async def wait_for_admission(self, pending: Callable[[], int]) -> None:
         """For a source of external groups (`serving.agent_rollouts`) that paces itself by the
@@ -229,6 +263,7 @@ class RLPipeline:
             self.stream.observe(group[0].task, group[0].index, passes)
             if not self.config.dynamic_sampling or has_reward_variance(group, self.adv_config):
                 draws.kept.append(group)
+        self._report_progress(drawn=len(draws.drawn), kept=len(draws.kept))
 
     def _draws_left(self, draws: _StepDraws) -> int | None:
         """Groups this step may still draw (None: no bound, without dynamic sampling)."""
@@ -250,6 +285,7 @@ class RLPipeline:
             drawn.update(rollout_metrics([r for g in draws.drawn for r in g]))
         if batch is None:
             return state, {"skipped_step": 1.0, **drawn}, rollouts
+        self._report_progress(phase="training")
         state, metrics = await asyncio.to_thread(
             self.trainer.step, state, batch.micro_batches, batch.num_loss_tokens)
         self._rollouts_trained += batch.num_rollouts
@@ -261,6 +297,7 @@ class RLPipeline:
         return mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
 
     async def _finish_step(self, state, version, metrics, rollouts, started, gate=None):
+        self._report_progress(phase="syncing")
         updated, sync_bytes = await self._sync_weights(state, version, self._stale_every())
         if gate is not None:  # only now: groups admitted next start on the new weights
             await gate.advance(version)
@@ -273,6 +310,8 @@ class RLPipeline:
             result = self.on_step(report)
             if asyncio.iscoroutine(result):
                 await result
+        if version < self.config.steps:
+            self._start_step(version + 1)
 
     async def _sampler_metrics(self) -> dict[str, float]:
         """The in-process sampler's prefill work and prefix-cache use over the step."""
@@ -296,6 +335,9 @@ class RLPipeline:
                                          stale_every=stale_every, hub=self.hub, weights=weights)
         return updated, weights_nbytes(weights)
 
+    def _start_step(self, step: int) -> None:
+        self._report_progress(step=step, phase="rollouts", episodes=0, drawn=0, kept=0)
+
     def _stale_every(self) -> int | None:
         return self.config.stale_every if self.config.stale_policy_ratio > 0 else None
 
@@ -314,6 +356,7 @@ class RLPipeline:
         await self._sync_weights(state, start_step, 1 if self._stale_every() else None)
         if self.engine is not None:  # steps report their own sampling, not earlier stages'
             self._sampler_totals = await self.engine.prefill_stats()
+        self._start_step(start_step + 1)
         if self.config.mode == "sync":
             return await self._run_sync(state, start_step)
         if self.config.mode != "async":

@@ -14,7 +14,7 @@ from agentrl_jax.rl import advantages
 from tests.support.pipeline_stack import pipeline_configs
 
 
-def _run(stack, fleet, tokenizer, mode, **kw):
+def _run(stack, fleet, tokenizer, mode, on_progress=None, **kw):
     engine, trainer = stack
     pcfg, agent = pipeline_configs(tokenizer, mode, **kw)
     reports = []
@@ -25,7 +25,8 @@ def _run(stack, fleet, tokenizer, mode, **kw):
                                             pcfg.curriculum, seed=0)
             pipeline = runner.RLPipeline(
                 pcfg, client=client, engine=engine, trainer=trainer, agent=agent,
-                stream=stream, adv_config=advantages.default_config(), on_step=reports.append)
+                stream=stream, adv_config=advantages.default_config(), on_step=reports.append,
+                on_progress=on_progress)
             state = await pipeline.run(trainer.init_state(0))
             return state, await engine.policies(), pipeline
 
@@ -88,6 +89,31 @@ def test_dynamic_sampling_and_curriculum_in_a_run(stack, fleet, tokenizer, mode)
     assert observed == sum(r.metrics["groups_drawn"] for r in reports)
     if mode == "sync":   # (async workers may have drawn on after the last step)
         assert pipeline.stream.get_state() == reports[-1].bookkeeping["stream_state"]
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_progress_within_each_step(stack, fleet, tokenizer, mode):
+    """A step reports its episodes as they finish, its groups as it takes them, and its
+    phases in order, ending with what its metrics say it drew and kept."""
+    progress = []
+    _, _, _, reports, _ = _run(stack, fleet, tokenizer, mode, on_progress=progress.append,
+                               dynamic_sampling=True, max_draws_per_step=4)
+    assert [r.step for r in reports] == [1, 2, 3]
+    for report in reports:
+        events = [p for p in progress if p.step == report.step]
+        phases = [p.phase for p in events]
+        assert phases[0] == "rollouts" and phases[-1] == "syncing"
+        # rollouts, then (unless skipped) training, then syncing: never back
+        order = ["rollouts", "training", "syncing"]
+        assert [order.index(p) for p in phases] == sorted(order.index(p) for p in phases)
+        assert ("training" in phases) == ("skipped_step" not in report.metrics)
+        episodes = [p.episodes for p in events if p.phase == "rollouts"]
+        assert episodes == sorted(episodes)
+        last = events[-1]
+        if mode == "sync":   # nothing runs ahead: the step played exactly what it drew
+            assert episodes[-1] == 2 * report.metrics["groups_drawn"]
+        assert last.drawn == report.metrics["groups_drawn"]
+        assert last.drawn - last.kept == report.metrics["groups_discarded_no_variance"]
 
 
 def test_cross_policy_pool_uses_and_refreshes_the_stale_snapshot(stack, fleet, tokenizer):
