@@ -397,6 +397,13 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
     table = report.results_table(before, after, paired)
     parts = ["# Results\n", "Test subset before and after RL (success %, 95% intervals; "
              "`agentrl_jax/evaluation/protocol.py`):\n", table]
+    validation = tasks_of("validation_before"), tasks_of("validation_after")
+    if validation[0] and validation[1]:   # the slice settings are decided on (`eval.validate`)
+        v_paired = agentbench.paired_comparison(*validation)
+        parts += ["Validation slice before and after RL (held-out train indices, for "
+                  "decisions):\n", report.results_table(*validation, v_paired)]
+        (run.path / "validation_paired_difference.json").write_text(
+            json.dumps(v_paired, indent=1) + "\n")
     for name in ("validation_before", "validation_after", "eval_before", "eval_after"):
         if (run.path / f"{name}.md").exists():
             parts.append((run.path / f"{name}.md").read_text())
@@ -407,9 +414,9 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
     if probes:
         parts.append(report.copy_probe_table(probes))
     parts.append(report.stage_times(run.stages()))
-    (run.path / "results.md").write_text("\n".join(parts))
     if paired is not None:
         (run.path / "paired_difference.json").write_text(json.dumps(paired, indent=1) + "\n")
+    (run.path / "results.md").write_text("\n".join(parts))
     records = [{**r, **{parse_task_key(k.removesuffix("/success")).task + "/success": v
                         for k, v in r.items() if k.endswith("/success")}}
                for r in metrics.records("rl")]

@@ -87,7 +87,8 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
     resumes from its checkpoint without training a group twice, and every stage's outputs are
     there at the end (one test, as both halves are the cost of a whole run)."""
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=5")
+    argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=5",
+                   "--config.eval.validate=True")
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env(), stdout=out,
                                    stderr=subprocess.STDOUT)
@@ -124,7 +125,14 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
         assert set(calls) == set(AGENTBENCH_FC)
         assert all(r["episodes"] == 1 and 0 <= r["oracle_first_tool"] <= r["well_formed"] <= 1
                    for r in calls.values())
-    assert "| **average** |" in (run_dir / "results.md").read_text()
+    for name in ("validation_before", "validation_after"):
+        result = json.loads((run_dir / f"{name}.json").read_text())
+        assert set(result["tasks"]) == {task_key(t, "train") for t in AGENTBENCH_FC}
+    results = (run_dir / "results.md").read_text()
+    assert "| **average** |" in results and "Validation slice before and after RL" in results
+    paired = json.loads((run_dir / "validation_paired_difference.json").read_text())
+    assert set(paired["tasks"]) == set(AGENTBENCH_FC)
+    assert "groups kept" in log.read_text()   # RL's progress within a step
     assert "First calls and copying, eval after" in (run_dir / "results.md").read_text()
     assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     everything = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
