@@ -9,7 +9,9 @@ Same batch, same run; each part in its own subprocess, so each peak RSS is its o
     its gradient in every weight, in the layers' norm scales only (the frozen base's floor:
     activations' gradients, no weight gradients) and in the adapters:
     `frozen_base_floor_vs_full_grad` is the best any adapter method can do on this base,
-    `lora_grad_vs_full_grad` what LoRA does;
+    `lora_grad_vs_full_grad` what LoRA does. This process keeps freed memory mapped
+    (`agentrl_jax.hostmem`), as the warm start does: otherwise every execution page-faults its
+    buffers anew, which cost the LoRA gradient up to 2 s of its 7;
   * memory: `full_peak_rss_mb`, `lora_peak_rss_mb` of a process that takes two steps;
   * weight update: bytes one sync carries, `full_sync_bytes` (the sampler-layout weights) vs
     `lora_sync_bytes` (the adapter tree);
@@ -43,6 +45,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from agentrl_jax import hostmem
 from benchmarks.machine_info import write_result
 
 MODEL = "smollm2-135m-instruct"
@@ -163,6 +166,7 @@ def profile_part(batch: int, length: int, rounds: int) -> dict:
     adapters = jax.tree.map(lambda x: x.copy(), lora_state[0].params)
     base = lora.frozen_params
     lora_grad = jax.jit(jax.grad(lambda p, base: loss(lora, p, lora_mb, base)))
+
     def updater(t, state):
         """The step's optimizer update alone, on the gradient of the state's own params."""
         grads = jax.tree.map(jnp.ones_like, state.params)
@@ -312,6 +316,11 @@ def main() -> None:
         print(json.dumps(decode_part(args.decode_batch, args.prompt, args.new, args.rounds)))
         return
     if args.part == "profile":
+        # Freed buffers stay mapped, as in the warm start and `benchmarks/train_step.py`:
+        # with malloc's defaults each execution page-faults its temporaries anew, and how many
+        # of a program's buffers that hits (the LoRA gradient's 200 MB logits among them) is
+        # luck of the allocator, not a property of the method. Before the first array.
+        hostmem.keep_freed_memory()
         print(json.dumps(profile_part(args.batch, args.length, args.rounds)))
         return
     full = _subprocess("--part", "memory", *shape, "--mode", "full")
