@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 
 StepCallback = Callable[["StepReport"], Awaitable[None] | None]
 ProgressCallback = Callable[["StepProgress"], None]
+# A step's phases, in order (`StepProgress.phase`).
+STEP_PHASES = ("rollouts", "training", "syncing")
+ROLLOUTS, TRAINING, SYNCING = STEP_PHASES
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -123,10 +126,10 @@ class StepProgress:
     """
 
     step: int
-    phase: str
-    episodes: int
-    drawn: int
-    kept: int
+    phase: str = ROLLOUTS
+    episodes: int = 0
+    drawn: int = 0
+    kept: int = 0
 
 
 class RLPipeline:
@@ -163,7 +166,7 @@ class RLPipeline:
         self.agent, self.stream, self.adv_config = agent, stream, adv_config
         self.on_step = on_step
         self.on_progress = on_progress
-        self._progress = StepProgress(step=0, phase="rollouts", episodes=0, drawn=0, kept=0)
+        self._progress = StepProgress(step=0)
         self.weights_fn = weights_fn
         self.external_groups = external_groups
         book = bookkeeping or {}
@@ -233,9 +236,12 @@ class RLPipeline:
         self._report_progress(episodes=self._progress.episodes + 1)
 
     def _report_progress(self, **changes: Any) -> None:
-        self._progress = dataclasses.replace(self._progress, **changes)
+        self._set_progress(dataclasses.replace(self._progress, **changes))
+
+    def _set_progress(self, progress: StepProgress) -> None:
+        self._progress = progress
         if self.on_progress is not None:
-            self.on_progress(self._progress)
+            self.on_progress(progress)
 
     async def wait_for_admission(self, pending: Callable[[], int]) -> None:
         """For a source of external groups (`serving.agent_rollouts`) that paces itself by the
@@ -285,7 +291,7 @@ class RLPipeline:
             drawn.update(rollout_metrics([r for g in draws.drawn for r in g]))
         if batch is None:
             return state, {"skipped_step": 1.0, **drawn}, rollouts
-        self._report_progress(phase="training")
+        self._report_progress(phase=TRAINING)
         state, metrics = await asyncio.to_thread(
             self.trainer.step, state, batch.micro_batches, batch.num_loss_tokens)
         self._rollouts_trained += batch.num_rollouts
@@ -297,7 +303,7 @@ class RLPipeline:
         return mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
 
     async def _finish_step(self, state, version, metrics, rollouts, started, gate=None):
-        self._report_progress(phase="syncing")
+        self._report_progress(phase=SYNCING)
         updated, sync_bytes = await self._sync_weights(state, version, self._stale_every())
         if gate is not None:  # only now: groups admitted next start on the new weights
             await gate.advance(version)
@@ -336,7 +342,7 @@ class RLPipeline:
         return updated, weights_nbytes(weights)
 
     def _start_step(self, step: int) -> None:
-        self._report_progress(step=step, phase="rollouts", episodes=0, drawn=0, kept=0)
+        self._set_progress(StepProgress(step))
 
     def _stale_every(self) -> int | None:
         return self.config.stale_every if self.config.stale_policy_ratio > 0 else None

@@ -102,12 +102,12 @@ def test_progress_within_each_step(stack, fleet, tokenizer, mode):
     for report in reports:
         events = [p for p in progress if p.step == report.step]
         phases = [p.phase for p in events]
-        assert phases[0] == "rollouts" and phases[-1] == "syncing"
+        assert phases[0] == runner.ROLLOUTS and phases[-1] == runner.SYNCING
         # rollouts, then (unless skipped) training, then syncing: never back
-        order = ["rollouts", "training", "syncing"]
-        assert [order.index(p) for p in phases] == sorted(order.index(p) for p in phases)
-        assert ("training" in phases) == ("skipped_step" not in report.metrics)
-        episodes = [p.episodes for p in events if p.phase == "rollouts"]
+        order = [runner.STEP_PHASES.index(p) for p in phases]
+        assert order == sorted(order)
+        assert (runner.TRAINING in phases) == ("skipped_step" not in report.metrics)
+        episodes = [p.episodes for p in events if p.phase == runner.ROLLOUTS]
         assert episodes == sorted(episodes)
         last = events[-1]
         if mode == "sync":   # nothing runs ahead: the step played exactly what it drew
