@@ -42,7 +42,6 @@ new weights, discarding their tokens so far.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import dataclasses
 import functools
@@ -62,6 +61,7 @@ from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.sampling.forward import POOL_AXES, KVPool
 from agentrl_jax.sampling.kv_pages import PagedKVManager, Session
+from agentrl_jax.sampling.prefill_plan import PrefillPlanner, bucket_of
 from agentrl_jax.sampling.prefix_cache import PrefixNode
 from agentrl_jax.sampling.steps import RowParams, compile_steps
 from agentrl_jax.sampling.types import (
@@ -93,7 +93,13 @@ class EngineConfig:
       page_size: tokens per KV page.
       num_pages: pages in the pool (page 0 is scratch), shared by all sessions.
       max_context: longest sequence (prompt + generated) in tokens.
-      prefill_buckets: prefill lengths; longer inputs are prefilled in chunks of the largest.
+      prefill_buckets: prefill lengths (at most the largest per call). A prompt's new tokens
+        are cut into chunks of these (`prefill_plan.PrefillPlanner`), not padded up to one.
+        Attention over the chunk itself makes long buckets dearer per position: 2,048 cost
+        1.75x 512's a position (SmolLM2, docs/performance.md).
+      prefill_call_tokens: a prefill call's fixed cost in positions, which the planner weighs
+        against padding: ~32 on the 2-core CPU (60 ms against 2.3 ms a position, SmolLM2). A
+        large value makes as few calls as possible, padding each chunk up.
       prefill_batch_buckets: prompts prefilled together in one device call (rows); capped at
         max_batch. Batching fills the matmuls (one 128-token prompt is a thin matrix).
       max_prefill_tokens: the most tokens (rows × length bucket, padding included) one prefill
@@ -118,6 +124,7 @@ class EngineConfig:
     prefill_buckets: tuple[int, ...] = (32, 128, 512)
     prefill_batch_buckets: tuple[int, ...] = (1, 4)
     max_prefill_tokens: int = 0
+    prefill_call_tokens: int = 32
     context_buckets: tuple[int, ...] = (256, 1024)
     batch_buckets: tuple[int, ...] = (1, 4, 8, 16)
     steps_per_sync: int = 8
@@ -155,25 +162,24 @@ class EngineConfig:
 
 # Cumulative counters of `SamplingEngine.prefill_stats`; the rest of its keys are derived or now.
 PREFILL_COUNTERS = ("prefill_tokens_requested", "prefill_tokens_computed",
-                    "prefill_tokens_reused", "prefix_reused_tokens", "prefix_cache_evictions")
+                    "prefill_positions_computed", "prefill_tokens_reused",
+                    "prefix_reused_tokens", "prefix_cache_evictions")
 
 
 def prefill_window(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
     """Prefill stats between two `prefill_stats()` snapshots (`before` may be empty).
 
     prefill_tokens_requested = computed + reused, where reused counts a session's own k/v
-    and shared prefixes; prefix_cache_hit_rate = prefix_reused_tokens / requested (0 with
-    nothing requested); prefix_cache_pages is `after`'s (pages the cache holds then).
+    and shared prefixes; prefill_positions_computed counts the positions prefill calls
+    computed, padding included (rows × length bucket of each call); prefix_cache_hit_rate =
+    prefix_reused_tokens / requested (0 with nothing requested); prefix_cache_pages is
+    `after`'s (pages the cache holds then).
     """
     out = {k: after[k] - before.get(k, 0.0) for k in PREFILL_COUNTERS}
     requested = out["prefill_tokens_requested"]
     out["prefix_cache_hit_rate"] = out["prefix_reused_tokens"] / requested if requested else 0.0
     out["prefix_cache_pages"] = after["prefix_cache_pages"]
     return out
-
-
-def _bucket(buckets: Sequence[int], n: int) -> int:
-    return buckets[min(bisect.bisect_left(buckets, n), len(buckets) - 1)]
 
 
 @dataclasses.dataclass(eq=False)
@@ -250,6 +256,8 @@ class SamplingEngine:
             config.sorted_buckets()
         )
         self._prefill_rows = config.prefill_rows()
+        self._planner = PrefillPlanner(self._prefill_buckets, self._prefill_rows,
+                                       config.prefill_call_tokens, config.max_prefill_tokens)
         cache_sharding = None
         cache = KVPool.zeros(self.cfg, config.num_pages * config.page_size, config.page_size)
         if mesh is not None:
@@ -374,6 +382,7 @@ class SamplingEngine:
         totals = {
             "prefill_tokens_requested": float(self.stats["prefill_tokens_requested"]),
             "prefill_tokens_computed": float(self.stats["prefilled_tokens"]),
+            "prefill_positions_computed": float(self.stats["prefill_positions"]),
             "prefill_tokens_reused": float(self.stats["reused_tokens"]),
             "prefix_reused_tokens": float(self.stats["prefix_reused_tokens"]),
             "prefix_cache_evictions": float(cache.evictions if cache is not None else 0),
@@ -554,12 +563,12 @@ class SamplingEngine:
     def _prefill_turns(self, turns: list[_Turn]) -> None:
         """Prefills admitted turns, several per call, and samples each one's first token.
 
-        In rounds: a round prefills the next chunk (at most the largest prefill bucket) of every
-        turn with prompt left, in calls of up to the largest row bucket, one policy per call;
-        fresh prompts (no cached context: no context read) go apart from continuations. A turn
-        that reads shared pages another turn has still to compute waits for a later round.
+        In rounds: a round prefills the next chunk of every turn with prompt left (the chunks
+        the planner cuts its prompt into, longest first), one policy and one length bucket per
+        call, in as many rows as the planner packs; fresh prompts (no cached context: no
+        context read) go apart from continuations. A turn that reads shared pages another turn
+        has still to compute waits for a later round.
         """
-        largest, max_rows = self._prefill_buckets[-1], self._prefill_rows[-1]
         page = self.config.page_size
         first: dict[int, tuple[Any, Any, int]] = {}  # turn id -> (tokens, logprobs, row)
         left = list(turns)
@@ -571,18 +580,15 @@ class SamplingEngine:
             if not calls:  # pages are only ever read after those of earlier admissions
                 raise RuntimeError("prefill waits on shared pages that no turn computes")
             for (fresh, _), group in calls.items():
-                for batch in self._prefill_calls(group, largest, max_rows):
-                    chunks = [(t, t.prefilled, min(len(t.request.prompt), t.prefilled + largest))
-                              for t in batch]
-                    bucket = _bucket(self._prefill_buckets, max(hi - lo for _, lo, hi in chunks))
+                for bucket, chunks in self._prefill_calls(group):
                     width = 0
                     if not fresh:
                         context = max(lo for _, lo, _ in chunks)
-                        width = _bucket(self._context_buckets, context) // page
+                        width = bucket_of(self._context_buckets, context) // page
+                    rows = bucket_of(self._prefill_rows, len(chunks))
                     token, logprob = self._run_prefill(
-                        batch[0].served_by().weights, chunks,
-                        _bucket(self._prefill_rows, len(batch)), bucket, width,
-                    )
+                        chunks[0][0].served_by().weights, chunks, rows, bucket, width)
+                    self.stats["prefill_positions"] += rows * bucket
                     for row, (turn, _, hi) in enumerate(chunks):
                         turn.prefilled = hi
                         for node in turn.pending:  # written by the call just issued
@@ -602,24 +608,22 @@ class SamplingEngine:
             else:
                 self._running.append(turn)
 
-    def _prefill_calls(self, group: list[_Turn], largest: int, max_rows: int
-                       ) -> list[list[_Turn]]:
-        """`group` split, in order, into prefill calls of at most `max_rows` turns whose padded
-        size (row bucket × length bucket of the next chunks) fits `max_prefill_tokens`."""
-        calls: list[list[_Turn]] = []
-        batch: list[_Turn] = []
-        longest = 0
+    def _prefill_calls(self, group: list[_Turn]
+                       ) -> list[tuple[int, list[tuple[_Turn, int, int]]]]:
+        """This round's calls for `group`: (length bucket, [(turn, start, stop)]), each turn's
+        next chunk as the planner cuts it, grouped by bucket and split into the planner's rows
+        (within `max_prefill_tokens`)."""
+        by_bucket: dict[int, list[tuple[_Turn, int, int]]] = collections.defaultdict(list)
         for turn in group:
-            chunk = min(len(turn.request.prompt) - turn.prefilled, largest)
-            rows = _bucket(self._prefill_rows, len(batch) + 1)
-            length = _bucket(self._prefill_buckets, max(longest, chunk))
-            if batch and (len(batch) == max_rows
-                          or not self.config.prefill_call_fits(rows, length)):
-                calls.append(batch)
-                batch, longest = [], 0
-            batch.append(turn)
-            longest = max(longest, chunk)
-        return [*calls, batch] if batch else calls
+            lo = turn.prefilled
+            hi = lo + self._planner.first_chunk(len(turn.request.prompt) - lo)
+            by_bucket[bucket_of(self._prefill_buckets, hi - lo)].append((turn, lo, hi))
+        calls = []
+        for bucket, chunks in by_bucket.items():
+            for rows in self._planner.row_counts(len(chunks), bucket):
+                calls.append((bucket, chunks[:rows]))
+                chunks = chunks[rows:]
+        return calls
 
     def _run_decode(self, weights, turns: Sequence[_Turn], rows: int, width: int):
         tokens = np.zeros(rows, np.int32)
@@ -638,9 +642,9 @@ class SamplingEngine:
 
     def _decode_chunk(self, turns: list[_Turn]) -> None:
         steps, page = self.config.steps_per_sync, self.config.page_size
-        rows = _bucket(self._batch_buckets, len(turns))
+        rows = bucket_of(self._batch_buckets, len(turns))
         need = max(t.position for t in turns) + steps
-        width = _bucket(self._context_buckets, need) // page
+        width = bucket_of(self._context_buckets, need) // page
         out = self._run_decode(turns[0].served_by().weights, turns, rows, width)
         tokens, logprobs, emitted = jax.device_get(out)
         self.stats["decode_chunks"] += 1

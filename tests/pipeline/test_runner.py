@@ -47,6 +47,8 @@ def test_pipeline_trains_and_syncs_weights(stack, fleet, tokenizer, mode):
         assert m["sampler_prefill_tokens_requested"] > 0
         assert m["sampler_prefill_tokens_requested"] == (
             m["sampler_prefill_tokens_computed"] + m["sampler_prefill_tokens_reused"])
+        # padding included, every computed token is a position of some prefill call
+        assert m["sampler_prefill_positions_computed"] >= m["sampler_prefill_tokens_computed"]
         assert 0 <= m["sampler_prefix_cache_hit_rate"] <= 1
         for r in report.rollouts:
             sampled = r.versions[r.loss_mask > 0]
