@@ -81,10 +81,12 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
     # 320 new tokens hold every oracle turn (OS's first turns reach 276 tokens; 38 of 400 are
     # over 128, so a cap of 128 alone would cut ~10% of OS first calls short).
     c.rl.limits.update(max_turns=8, max_context_tokens=4096, max_new_tokens=320)
-    # One row per 2,048-token prefill call: four at once need 5.5 GB of attention temporaries
-    # at SmolLM2's 30 layers, and the shapes never compile (EngineConfig.max_prefill_tokens).
+    # Prompts are cut into chunks of these (EngineConfig.prefill_buckets): a turn's new tokens
+    # are mostly under 350, and 2,048-token calls cost 1.75x a 512's per position
+    # (benchmarks/prefill_plan.py). A call computes at most 2,048 positions: 4 rows of 2,048
+    # needed 5.5 GB of attention temporaries at SmolLM2's 30 layers.
     c.rl.engine.update(max_batch=32, num_pages=2048, max_context=4096,
-                       prefill_buckets=(128, 512, 2048), max_prefill_tokens=2048,
+                       prefill_buckets=(32, 128, 512), max_prefill_tokens=2048,
                        context_buckets=(1024, 2048), batch_buckets=(4, 8, 16))
     c.rl.checkpoint.every = 5
 
