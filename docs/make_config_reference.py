@@ -179,8 +179,11 @@ MEANINGS: dict[str, str] = {
     "rl.engine.page_size": "tokens per KV page",
     "rl.engine.num_pages": "pages in the KV pool, shared by all episodes",
     "rl.engine.max_context": "longest sequence the sampler holds (≥ limits.max_context_tokens)",
-    "rl.engine.prefill_buckets": "prefill lengths (compiled shapes); longer prompts are "
-                                 "prefilled in chunks of the largest",
+    "rl.engine.prefill_buckets": "prefill lengths (compiled shapes); a prompt's new tokens "
+                                 "are cut into chunks of these, not padded up to one",
+    "rl.engine.prefill_call_tokens": "a prefill call's fixed cost in positions, weighed "
+                                     "against padding when cutting prompts into chunks; large: "
+                                     "as few calls as possible, padded up",
     "rl.engine.context_buckets": "context widths a decode step reads (max_context is added)",
     "rl.engine.batch_buckets": "decode batch sizes (max_batch is added)",
     "rl.engine.prefix_cache": "share the KV of common prompt prefixes (system prompts, a "
