@@ -28,6 +28,7 @@ Figures: prefill seconds and positions computed per token of each; `planned_vs_p
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -110,12 +111,14 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=24)
     args = parser.parse_args()
     compile_cache.enable()
+    load_at_start = os.getloadavg()[0]
     model = Decoder(ModelConfig(num_layers=args.layers, **SMOLLM2_SHAPE), rngs=nnx.Rngs(0))
     results = {name: run_variant(model, name, args.episodes, args.turns, args.new)
                for name in VARIANTS}
     figures: dict[str, object] = {
         "layers": args.layers, "episodes": args.episodes, "turns": args.turns,
-        "new_tokens": args.new, "observation_tokens": " ".join(map(str, OBSERVATION_TOKENS))}
+        "new_tokens": args.new, "observation_tokens": " ".join(map(str, OBSERVATION_TOKENS)),
+        "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()[0]}
     for name, r in results.items():
         figures.update({f"{name}_{k}": v for k, v in r.items()})
     for name in ("planned", "planned_old_buckets"):

@@ -95,8 +95,8 @@ class EngineConfig:
       max_context: longest sequence (prompt + generated) in tokens.
       prefill_buckets: prefill lengths (at most the largest per call). A prompt's new tokens
         are cut into chunks of these (`prefill_plan.PrefillPlanner`), not padded up to one.
-        Attention over the chunk itself makes long buckets dearer per position: 2,048 cost
-        1.75x 512's a position (SmolLM2, docs/performance.md).
+        Attention over the chunk itself makes long buckets dearer per position: a 2,048-token
+        call costs 1.75x a 512-token one per position (SmolLM2, docs/performance.md).
       prefill_call_tokens: a prefill call's fixed cost in positions, which the planner weighs
         against padding: ~32 on the 2-core CPU (60 ms against 2.3 ms a position, SmolLM2). A
         large value makes as few calls as possible, padding each chunk up.
