@@ -23,6 +23,7 @@ Figures: prefill seconds and positions computed per token of each; `planned_vs_p
 (the padded variant's prefill seconds over the planned one's) and `..._wall`.
 
     python -m benchmarks.prefill_plan          # writes benchmarks/results/prefill_plan.json
+    python -m benchmarks.prefill_plan --layers 30 --name prefill_plan_30_layers
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--new", type=int, default=24)
+    parser.add_argument("--name", default="prefill_plan", help="benchmarks/results/NAME.json")
     args = parser.parse_args()
     compile_cache.enable()
     load_at_start = os.getloadavg()[0]
@@ -128,7 +130,7 @@ def main() -> None:
     print(f"prefill: planned {figures['planned_vs_padded_prefill']:.2f}x faster than padded "
           f"(wall {figures['planned_vs_padded_wall']:.2f}x); the planner alone on the old buckets "
           f"{figures['planned_old_buckets_vs_padded_prefill']:.2f}x")
-    print("wrote", write_result("prefill_plan", figures))
+    print("wrote", write_result(args.name, figures))
 
 
 if __name__ == "__main__":
