@@ -257,7 +257,7 @@ class SamplingEngine:
         )
         self._prefill_rows = config.prefill_rows()
         self._planner = PrefillPlanner(self._prefill_buckets, self._prefill_rows,
-                                       config.prefill_call_tokens, config.max_prefill_tokens)
+                                       config.prefill_call_tokens, config.prefill_call_fits)
         cache_sharding = None
         cache = KVPool.zeros(self.cfg, config.num_pages * config.page_size, config.page_size)
         if mesh is not None:

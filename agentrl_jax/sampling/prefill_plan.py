@@ -16,7 +16,7 @@ as there are).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def bucket_of(buckets: Sequence[int], n: int) -> int:
@@ -31,17 +31,17 @@ class PrefillPlanner:
     """
 
     def __init__(self, lengths: Sequence[int], rows: Sequence[int], call_tokens: int,
-                 max_tokens: int = 0):
+                 call_fits: Callable[[int, int], bool] = lambda rows, length: True):
         """Args:
           lengths: the length buckets, sorted; rows: the row buckets, sorted.
           call_tokens: a call's fixed cost in positions (>= 0).
-          max_tokens: the most positions one call may compute (0: no cap); the smallest row
-            bucket is always allowed (`EngineConfig.prefill_call_fits`).
+          call_fits: whether a call of (rows, length) buckets may run
+            (`EngineConfig.prefill_call_fits`: its cap on positions a call computes).
         """
         if call_tokens < 0:
             raise ValueError(f"call_tokens must be >= 0, got {call_tokens}")
         self.lengths, self.rows = tuple(lengths), tuple(rows)
-        self.call_tokens, self.max_tokens = call_tokens, max_tokens
+        self.call_tokens, self.call_fits = call_tokens, call_fits
         # remainder r -> (cost, calls, -bucket of the chunk taken first); r <= 0 is free
         self._chunks: list[tuple[int, int, int]] = [(0, 0, 0)]
         self._rows: dict[int, list[tuple[int, int, int]]] = {}
@@ -72,9 +72,8 @@ class PrefillPlanner:
     def row_counts(self, n: int, length: int) -> tuple[int, ...]:
         """Row buckets, largest first, of the cheapest calls for n chunks of one `length`
         bucket: cost = Σ_calls (r · length + call_tokens), a call of r rows taking
-        min(r, chunks left); row buckets over `max_tokens` positions are not used."""
-        usable = [r for r in self.rows
-                  if not self.max_tokens or r * length <= self.max_tokens] or [self.rows[0]]
+        min(r, chunks left); row buckets that `call_fits` refuses are not used."""
+        usable = [r for r in self.rows if self.call_fits(r, length)] or [self.rows[0]]
         table = self._rows.setdefault(length, [(0, 0, 0)])
         for k in range(len(table), n + 1):
             table.append(min((r * length + self.call_tokens + table[max(0, k - r)][0],

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from agentrl_jax.sampling import GenerateRequest, SamplingParams
+from agentrl_jax.sampling import EngineConfig, GenerateRequest, SamplingParams
 from agentrl_jax.sampling.prefill_plan import PrefillPlanner, bucket_of
 from tests.sampling.conftest import make_engine, random_prompt, reference_greedy
 
@@ -66,7 +66,8 @@ def test_first_chunk_walks_an_optimal_plan():
     (4, HUGE, 256, (1, 1, 1, 1)),  # 4 x 128 over the cap: one row a call
 ])
 def test_row_counts_by_hand(n, call_tokens, max_tokens, expected):
-    planner = PrefillPlanner(BUCKETS, ROWS, call_tokens, max_tokens)
+    planner = PrefillPlanner(BUCKETS, ROWS, call_tokens, EngineConfig(
+        max_batch=4, prefill_batch_buckets=ROWS, max_prefill_tokens=max_tokens).prefill_call_fits)
     assert planner.row_counts(n, 128) == expected
 
 
