@@ -59,6 +59,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from agentrl_jax import stage_clock
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
+from agentrl_jax.sampling.decode_plan import DecodePlanner, call_tokens_of
 from agentrl_jax.sampling.forward import POOL_AXES, KVPool
 from agentrl_jax.sampling.kv_pages import PagedKVManager, Session
 from agentrl_jax.sampling.prefill_plan import PrefillPlanner, bucket_of
@@ -110,6 +111,11 @@ class EngineConfig:
       context_buckets: widths (tokens) of the context read by a step; max_context is added.
         Attention reads the whole bucket, so finer buckets cost compilations but save reads.
       batch_buckets: decode batch sizes; max_batch is added.
+      decode_call_tokens: a decode call's fixed cost in row-tokens of context (rows × context
+        bucket), which `decode_plan.DecodePlanner` weighs against reading padded context when
+        it splits the running rows into calls by context. None derives it from the model's
+        bytes (`decode_plan.call_tokens_of`: ~2,000 for the scratch model, ~5,900 for SmolLM2);
+        a large value decodes every row of a policy in one call.
       steps_per_sync: decode steps per device call (host syncs once per chunk).
       in_flight: "finish" or "abort" (see the module docstring).
       max_stop_ids: stop token ids per request the device checks.
@@ -127,6 +133,7 @@ class EngineConfig:
     prefill_call_tokens: int = 32
     context_buckets: tuple[int, ...] = (256, 1024)
     batch_buckets: tuple[int, ...] = (1, 4, 8, 16)
+    decode_call_tokens: int | None = None
     steps_per_sync: int = 8
     in_flight: str = "finish"
     max_stop_ids: int = 8
@@ -256,8 +263,17 @@ class SamplingEngine:
             config.sorted_buckets()
         )
         self._prefill_rows = config.prefill_rows()
-        self._planner = PrefillPlanner(self._prefill_buckets, self._prefill_rows,
-                                       config.prefill_call_tokens, config.prefill_call_fits)
+        self._prefill_planner = PrefillPlanner(
+            self._prefill_buckets, self._prefill_rows, config.prefill_call_tokens,
+            config.prefill_call_fits)
+        decode_call_tokens = config.decode_call_tokens
+        if decode_call_tokens is None:
+            weight_bytes = sum(x.nbytes for x in jax.tree.leaves(weights_of(model)))
+            kv_bytes = (2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.cfg.head_dim
+                        * np.dtype(self.cfg.dtype).itemsize)
+            decode_call_tokens = call_tokens_of(weight_bytes, kv_bytes)
+        self._decode_planner = DecodePlanner(self._context_buckets, self._batch_buckets,
+                                             decode_call_tokens)
         cache_sharding = None
         cache = KVPool.zeros(self.cfg, config.num_pages * config.page_size, config.page_size)
         if mesh is not None:
@@ -429,7 +445,8 @@ class SamplingEngine:
         for turn in self._running:
             groups[id(turn.policy)].append(turn)
         for turns in groups.values():
-            self._decode_chunk(turns)
+            for calls in self._decode_calls(turns):
+                self._decode_chunk(calls)
         end = time.perf_counter()
         self.stats["prefill_seconds"] += middle - start
         self.stats["decode_seconds"] += end - middle
@@ -616,11 +633,11 @@ class SamplingEngine:
         by_bucket: dict[int, list[tuple[_Turn, int, int]]] = collections.defaultdict(list)
         for turn in group:
             lo = turn.prefilled
-            hi = lo + self._planner.first_chunk(len(turn.request.prompt) - lo)
+            hi = lo + self._prefill_planner.first_chunk(len(turn.request.prompt) - lo)
             by_bucket[bucket_of(self._prefill_buckets, hi - lo)].append((turn, lo, hi))
         calls = []
         for bucket, chunks in by_bucket.items():
-            for rows in self._planner.row_counts(len(chunks), bucket):
+            for rows in self._prefill_planner.row_counts(len(chunks), bucket):
                 calls.append((bucket, chunks[:rows]))
                 chunks = chunks[rows:]
         return calls
@@ -640,14 +657,21 @@ class SamplingEngine:
         self._cache, *out = self._decode(weights, self._cache, *args)
         return out
 
+    def _decode_calls(self, turns: list[_Turn]) -> list[list[_Turn]]:
+        """The running turns of one policy, split into decode calls by context
+        (`decode_plan.DecodePlanner`)."""
+        needs = [turn.position + self.config.steps_per_sync for turn in turns]
+        return [[turns[i] for i in group] for group in self._decode_planner.groups(needs)]
+
     def _decode_chunk(self, turns: list[_Turn]) -> None:
         steps, page = self.config.steps_per_sync, self.config.page_size
         rows = bucket_of(self._batch_buckets, len(turns))
         need = max(t.position for t in turns) + steps
-        width = bucket_of(self._context_buckets, need) // page
-        out = self._run_decode(turns[0].served_by().weights, turns, rows, width)
+        width = bucket_of(self._context_buckets, need)
+        out = self._run_decode(turns[0].served_by().weights, turns, rows, width // page)
         tokens, logprobs, emitted = jax.device_get(out)
         self.stats["decode_chunks"] += 1
+        self.stats["decode_context_tokens"] += rows * width
         for i, turn in enumerate(turns):
             n = int(emitted[:, i].sum())
             first_new = len(turn.tokens)
