@@ -48,8 +48,8 @@ SCRATCH_SHAPE = dict(  # configs/local_default.py's model (experiment/policy.py)
 MAIN_JOB_BUCKETS = (1024, 2048)  # configs/local_default.py; max_context 4096 is added
 VARIANTS = {  # name -> (context_buckets, decode_call_tokens)
     "one_call": (MAIN_JOB_BUCKETS, 10**12),
-    "planned": (MAIN_JOB_BUCKETS, None),
-    "planned_fine_buckets": ((512, 1024, 1536, 2048, 3072), None),
+    "planned": (MAIN_JOB_BUCKETS, -1),
+    "planned_fine_buckets": ((512, 1024, 1536, 2048, 3072), -1),
 }
 MAX_CONTEXT = 4096
 

@@ -185,6 +185,10 @@ MEANINGS: dict[str, str] = {
                                      "against padding when cutting prompts into chunks; large: "
                                      "as few calls as possible, padded up",
     "rl.engine.context_buckets": "context widths a decode step reads (max_context is added)",
+    "rl.engine.decode_call_tokens": "a decode call's fixed cost in row-tokens of context, "
+                                    "weighed against padded context when splitting the "
+                                    "running rows into calls by context; -1: from the model's "
+                                    "bytes; large: one call for all rows",
     "rl.engine.batch_buckets": "decode batch sizes (max_batch is added)",
     "rl.engine.prefix_cache": "share the KV of common prompt prefixes (system prompts, a "
                               "group's prompt) between requests, keyed by weights",

@@ -113,9 +113,9 @@ class EngineConfig:
       batch_buckets: decode batch sizes; max_batch is added.
       decode_call_tokens: a decode call's fixed cost in row-tokens of context (rows × context
         bucket), which `decode_plan.DecodePlanner` weighs against reading padded context when
-        it splits the running rows into calls by context. None derives it from the model's
-        bytes (`decode_plan.call_tokens_of`: ~2,000 for the scratch model, ~5,900 for SmolLM2);
-        a large value decodes every row of a policy in one call.
+        it splits the running rows into calls by context. -1 derives it from the model's bytes
+        (`decode_plan.call_tokens_of`: ~2,000 for the scratch model, ~5,900 for SmolLM2); a
+        large value decodes every row of a policy in one call.
       steps_per_sync: decode steps per device call (host syncs once per chunk).
       in_flight: "finish" or "abort" (see the module docstring).
       max_stop_ids: stop token ids per request the device checks.
@@ -133,7 +133,7 @@ class EngineConfig:
     prefill_call_tokens: int = 32
     context_buckets: tuple[int, ...] = (256, 1024)
     batch_buckets: tuple[int, ...] = (1, 4, 8, 16)
-    decode_call_tokens: int | None = None
+    decode_call_tokens: int = -1
     steps_per_sync: int = 8
     in_flight: str = "finish"
     max_stop_ids: int = 8
@@ -267,7 +267,7 @@ class SamplingEngine:
             self._prefill_buckets, self._prefill_rows, config.prefill_call_tokens,
             config.prefill_call_fits)
         decode_call_tokens = config.decode_call_tokens
-        if decode_call_tokens is None:
+        if decode_call_tokens == -1:
             weight_bytes = sum(x.nbytes for x in jax.tree.leaves(weights_of(model)))
             kv_bytes = (2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.cfg.head_dim
                         * np.dtype(self.cfg.dtype).itemsize)

@@ -20,7 +20,8 @@ from configs.agentbench_fc import ablations
 # Settings every AgentBench-FC model file shares (base.py and rl_stage's defaults).
 POD_ENGINE = dict(page_size=16, max_context=8192, prefill_buckets=(256, 1024, 4096, 8192),
                   prefill_batch_buckets=(1, 4), max_prefill_tokens=0, prefill_call_tokens=1024,
-                  context_buckets=(1024, 2048, 4096, 8192), steps_per_sync=8,
+                  context_buckets=(1024, 2048, 4096, 8192), decode_call_tokens=-1,
+                  steps_per_sync=8,
                   in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True)
 POD_LIMITS = dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024)
 POD_MODELS = {   # model file: (max_batch, num_pages, batch_buckets)
@@ -32,8 +33,9 @@ POD_MODELS = {   # model file: (max_batch, num_pages, batch_buckets)
 }
 LOCAL_ENGINE = dict(max_batch=32, page_size=16, num_pages=2048, max_context=4096,
                     prefill_buckets=(32, 128, 512), prefill_batch_buckets=(1, 4),
-                    max_prefill_tokens=2048, prefill_call_tokens=32, context_buckets=(1024, 2048),
-                    batch_buckets=(4, 8, 16), steps_per_sync=8,
+                    max_prefill_tokens=2048, prefill_call_tokens=32,
+                    context_buckets=(512, 1024, 1536, 2048, 3072),
+                    decode_call_tokens=-1, batch_buckets=(4, 8, 16), steps_per_sync=8,
                     in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True)
 LOCAL_LIMITS = dict(max_turns=8, max_context_tokens=4096, max_new_tokens=320)
 
