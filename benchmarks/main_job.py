@@ -41,12 +41,25 @@ import tempfile
 import time
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIGS = {  # --config -> (module under configs/, its get_config mode)
+    "fast": ("local_default", "fast"),
+    "default": ("local_default", ""),
+    "smollm2": ("local_smollm2", ""),
+}
+
+
+def _get_config(config: str):
+    import importlib
+
+    module, mode = CONFIGS[config]
+    return importlib.import_module(f"configs.{module}").get_config(mode)
 
 
 def job_command(config: str, run_dir: pathlib.Path, sft_cache: pathlib.Path | None,
                 overrides: list[str]) -> list[str]:
     """launch.local's argv; `sft_cache` None keeps the project's warm-start cache."""
-    spec = "configs/local_default.py" + (":fast" if config == "fast" else "")
+    module, mode = CONFIGS[config]
+    spec = f"configs/{module}.py" + (f":{mode}" if mode else "")
     cache = [] if sft_cache is None else [f"--config.sft.cache_dir={sft_cache}"]
     return [sys.executable, "-m", "launch.local", f"--config={spec}",
             f"--config.run_dir={run_dir}", *cache, *(f"--config.{o}" for o in overrides)]
@@ -55,9 +68,8 @@ def job_command(config: str, run_dir: pathlib.Path, sft_cache: pathlib.Path | No
 def demos_cached(config: str, overrides: list[str]) -> bool:
     """Whether every task's oracle demonstrations are in the cache already."""
     from agentrl_jax.experiment.demonstrations import demo_path
-    from configs import local_default
 
-    c = local_default.get_config("fast" if config == "fast" else "")
+    c = _get_config(config)
     per_task = int(next((o.split("=", 1)[1] for o in overrides
                          if o.startswith("demos.per_task=")), c.demos.per_task))
     return all(demo_path(t, c.demos.split, per_task).exists() for t in c.env.tasks)
@@ -126,7 +138,7 @@ def gnu_time_figures(text: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", choices=("fast", "default"), default="fast")
+    parser.add_argument("--config", choices=tuple(CONFIGS), default="fast")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a launch.local config override (--config.KEY=VALUE)")
     parser.add_argument("--compile-cache", choices=("cold", "warm", "off"), default="cold")

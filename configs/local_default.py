@@ -85,9 +85,13 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
     # are mostly under 350, and 2,048-token calls cost 1.75x a 512's per position
     # (benchmarks/prefill_plan.py). A call computes at most 2,048 positions: 4 rows of 2,048
     # needed 5.5 GB of attention temporaries at SmolLM2's 30 layers.
+    # A decode call reads its rows' context up to one of these widths; the engine splits the
+    # running rows into calls by context (EngineConfig.decode_call_tokens), so widths every 512
+    # tokens save reads: decode 644 -> 388 s of the main job against (1024, 2048) in one call
+    # (docs/performance.md), for 12 more decode and 30 more prefill shapes to compile.
     c.rl.engine.update(max_batch=32, num_pages=2048, max_context=4096,
                        prefill_buckets=(32, 128, 512), max_prefill_tokens=2048,
-                       context_buckets=(1024, 2048), batch_buckets=(4, 8, 16))
+                       context_buckets=(512, 1024, 1536, 2048, 3072), batch_buckets=(4, 8, 16))
     c.rl.checkpoint.every = 5
 
     # The evaluation protocol (agentrl_jax/evaluation/protocol.py): `per_task` test indices
