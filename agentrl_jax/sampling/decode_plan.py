@@ -66,8 +66,7 @@ class DecodePlanner:
 
         best(0) = 0; best(i) = min over j < i of best(j) + call_cost(i - j, widths[i - 1]), a
         group being a run of the sorted rows (a row never decodes in a wider call than a longer
-        row's).
-        Ties go to fewer calls.
+        row's; the tests check this against every partition). Ties go to fewer calls.
         """
         n = len(widths)
         best: list[tuple[int, int, int]] = [(0, 0, 0)]  # (cost, calls, start of last group)
