@@ -51,6 +51,22 @@ class KVCache:
 ATTENTION_BLOCK = 128
 
 
+def checkpoint_policy(remat: bool):
+    """What a training block keeps for its backward pass (`jax.checkpoint` policy).
+
+    Without `remat`: the projections' outputs (matmuls without batch axes) and the attention's
+    output and log-sum-exp (`layers.ATTENTION_RESIDUALS`, what its FlashAttention backward
+    needs); norms, rotary and activations are recomputed from them: on CPU writing and
+    re-reading every [B·T, intermediate] intermediate of 30 layers costs more than the
+    recomputation. With `remat`, nothing: the block is recomputed from its input alone.
+    """
+    if remat:
+        return jax.checkpoint_policies.nothing_saveable
+    return jax.checkpoint_policies.save_from_both_policies(
+        jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+        jax.checkpoint_policies.save_only_these_names(*L.ATTENTION_RESIDUALS))
+
+
 class LoraParam(nnx.Param):
     """An adapter parameter (`ModelConfig.lora`): its own type, so that filters can tell the
     trainable adapters from the frozen base (`nnx.split(model, LoraParam, ...)`)."""
@@ -242,14 +258,7 @@ class Decoder(nnx.Module):
         def body(x, p):
             return block(cfg, p, x, rope, attend), None
 
-        # The backward pass keeps only the projections' outputs (matmuls without batch axes) and
-        # recomputes norms, rotary, attention and activations from them: on CPU writing and
-        # re-reading every [B·T, intermediate] intermediate of 30 layers costs more than the
-        # recomputation. `remat` recomputes the projections too.
-        policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-        if remat:
-            policy = jax.checkpoint_policies.nothing_saveable
-        body = jax.checkpoint(body, policy=policy)
+        body = jax.checkpoint(body, policy=checkpoint_policy(remat))
         x, _ = jax.lax.scan(body, self._embed(tokens), self._stacked_layers())
         return L.rms_norm(x, self.final_norm[...], cfg.rms_norm_eps)
 

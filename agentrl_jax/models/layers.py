@@ -12,6 +12,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from agentrl_jax.models.config import ModelConfig
 
@@ -137,7 +138,9 @@ def block_causal_attention(
 
     Query block [lo, hi) only scores keys [0, hi): the keys after it are masked anyway when a
     segment's tokens appear in position order (the packing and padding conventions), so about
-    half of the T × T scores, their softmax and their gradients are never computed.
+    half of the T × T scores, their softmax and their gradients are never computed. The
+    gradient is FlashAttention's (`_block_attention_bwd`): it keeps each row's log-sum-exp and
+    the output, not the probabilities.
 
     Args:
       q: [B, T, K·G, D] queries; k, v: [B, T, K, D] keys and values of the same tokens.
@@ -151,20 +154,88 @@ def block_causal_attention(
     q = (q * (1.0 / math.sqrt(d))).reshape(b, t, kv_heads, heads // kv_heads, d)
     q = q.transpose(0, 2, 3, 1, 4)  # [B, K, G, T, D]
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, D]
-    block = masks[0].shape[1]
-    outs = []
-    for (lo, hi), mask in zip(query_blocks(t, block), masks, strict=True):
-        scores = jnp.einsum(
-            "bkgtd,bksd->bkgts", q[:, :, :, lo:hi], k[:, :, :hi],
-            preferred_element_type=jnp.float32,
-        )
-        scores = jnp.where(mask[:, None, None], scores, _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1)
-        # A row with no allowed key came out uniform over masked keys; zero it.
-        probs = jnp.where(jnp.any(mask, axis=-1)[:, None, None, :, None], probs, 0.0)
-        outs.append(jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v[:, :, :hi]))
-    out = jnp.concatenate(outs, axis=3) if len(outs) > 1 else outs[0]
+    out = _block_attention(q, k, v, tuple(masks))
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, heads, d)
+
+
+def _block_scores(q, k, mask, lo: int, hi: int) -> jax.Array:
+    """Masked fp32 scores [B, K, G, hi - lo, hi] of query block [lo, hi) over keys [0, hi)."""
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q[:, :, :, lo:hi], k[:, :, :hi],
+                        preferred_element_type=jnp.float32)
+    return jnp.where(mask[:, None, None], scores, _MASKED)
+
+
+# Names of the forward's residuals that the backward needs (`jax.checkpoint` policies can keep
+# them): the output [B, K, G, T, D] and the rows' log-sum-exp [B, K, G, T].
+ATTENTION_RESIDUALS = ("attention_out", "attention_lse")
+
+
+@jax.custom_vjp
+def _block_attention(q, k, v, masks):
+    """Head-major block-causal attention: q [B, K, G, T, D] (already scaled), k, v [B, K, S, D]."""
+    return _block_attention_fwd(q, k, v, masks)[0]
+
+
+def _block_attention_fwd(q, k, v, masks):
+    """out_t = Σ_s exp(s_ts - m_t) v_s / l_t with m_t = max_s s_ts, l_t = Σ_s exp(s_ts - m_t);
+    also returns lse_t = m_t + log l_t for the backward pass."""
+    block = masks[0].shape[1]
+    outs, lses = [], []
+    for (lo, hi), mask in zip(query_blocks(q.shape[3], block), masks, strict=True):
+        scores = _block_scores(q, k, mask, lo, hi)
+        top = jnp.max(scores, axis=-1, keepdims=True)
+        weights = jnp.exp(scores - top)
+        total = jnp.sum(weights, axis=-1, keepdims=True)
+        # Normalise the [.., D] output rather than the [.., S] weights: one pass fewer.
+        out = jnp.einsum("bkgts,bksd->bkgtd", weights.astype(v.dtype), v[:, :, :hi],
+                         preferred_element_type=jnp.float32) / total
+        # A row with no allowed key came out as the mean of the masked values; zero it.
+        any_key = jnp.any(mask, axis=-1)[:, None, None, :, None]
+        outs.append(jnp.where(any_key, out, 0.0).astype(q.dtype))
+        lses.append((top + jnp.log(total))[..., 0])
+    out = jnp.concatenate(outs, axis=3) if len(outs) > 1 else outs[0]
+    lse = jnp.concatenate(lses, axis=3) if len(lses) > 1 else lses[0]
+    out = checkpoint_name(out, ATTENTION_RESIDUALS[0])
+    lse = checkpoint_name(lse, ATTENTION_RESIDUALS[1])
+    return out, (q, k, v, masks, out, lse)
+
+
+def _block_attention_bwd(residuals, d_out):
+    """FlashAttention's backward, block by block, from the forward's output and log-sum-exp:
+
+        p = exp(s - lse),  dv = pᵀ·dO,  dp = dO·vᵀ,  ds = p ⊙ (dp - δ)  with δ_t = Σ_d dO_td o_td,
+        dq = ds·k,  dk = dsᵀ·q.
+
+    The probabilities come back in one fused pass over the scores; softmax's max and sum are
+    not recomputed. A row with no allowed key has zero output, hence a zero cotangent through
+    the forward's `where`: its p (uniform) meets dO = 0 and contributes nothing.
+    """
+    q, k, v, masks, out, lse = residuals
+    block = masks[0].shape[1]
+    f32 = jnp.float32
+    any_key = jnp.concatenate([jnp.any(m, axis=-1) for m in masks], axis=1)[:, None, None]
+    d_out = jnp.where(any_key[..., None], d_out, 0).astype(q.dtype)
+    delta = jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1)
+    dq_blocks = []
+    dk = jnp.zeros(k.shape, f32)
+    dv = jnp.zeros(v.shape, f32)
+    for (lo, hi), mask in zip(query_blocks(q.shape[3], block), masks, strict=True):
+        probs = jnp.exp(_block_scores(q, k, mask, lo, hi) - lse[:, :, :, lo:hi, None])
+        d_out_block = d_out[:, :, :, lo:hi]
+        dv = dv.at[:, :, :hi].add(jnp.einsum(
+            "bkgts,bkgtd->bksd", probs.astype(v.dtype), d_out_block, preferred_element_type=f32))
+        d_probs = jnp.einsum("bkgtd,bksd->bkgts", d_out_block, v[:, :, :hi],
+                             preferred_element_type=f32)
+        d_scores = (probs * (d_probs - delta[:, :, :, lo:hi, None])).astype(q.dtype)
+        dq_blocks.append(jnp.einsum("bkgts,bksd->bkgtd", d_scores, k[:, :, :hi],
+                                    preferred_element_type=f32))
+        dk = dk.at[:, :, :hi].add(jnp.einsum(
+            "bkgts,bkgtd->bksd", d_scores, q[:, :, :, lo:hi], preferred_element_type=f32))
+    dq = jnp.concatenate(dq_blocks, axis=3) if len(dq_blocks) > 1 else dq_blocks[0]
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+_block_attention.defvjp(_block_attention_fwd, _block_attention_bwd)
 
 
 def segment_causal_mask(segment_ids: jax.Array, positions: jax.Array) -> jax.Array:
