@@ -33,11 +33,11 @@ from flax import nnx
 
 from agentrl_jax import compile_cache
 from agentrl_jax.evaluation import copy_probe
-from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.logprobs import token_logprobs
 from agentrl_jax.models.mimetic import mimetic_attention
 from benchmarks.machine_info import write_result
+from benchmarks.model_shapes import scratch_default
 
 ARMS = ("normal", "mimetic", "curriculum", "mimetic+curriculum")
 SPAN = 24
@@ -46,10 +46,7 @@ TRAIN_SEED = 1_000   # training batches use seeds TRAIN_SEED + step; the probe's
 
 def scratch_model(mimetic: bool, seed: int = 0) -> Decoder:
     """The main job's default scratch shape (configs/local_default.py)."""
-    cfg = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_layers=4,
-                      num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=4096,
-                      tie_word_embeddings=True, family="llama", dtype=jnp.float32)
-    model = Decoder(cfg, rngs=nnx.Rngs(seed))
+    model = Decoder(scratch_default(), rngs=nnx.Rngs(seed))
     return mimetic_attention(model, seed=seed) if mimetic else model
 
 

@@ -36,15 +36,12 @@ import numpy as np
 from flax import nnx
 
 from agentrl_jax import compile_cache
-from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.sampling import EngineConfig, GenerateRequest, SamplingEngine, SamplingParams
 from benchmarks.machine_info import write_result
-from benchmarks.prefill_plan import OBSERVATION_TOKENS, SMOLLM2_SHAPE
+from benchmarks.model_shapes import SMOLLM2_135M, scratch_default
+from benchmarks.prefill_plan import OBSERVATION_TOKENS
 
-SCRATCH_SHAPE = dict(  # configs/local_default.py's model (experiment/policy.py)
-    vocab_size=4096, hidden_size=256, intermediate_size=768, num_heads=4, num_kv_heads=2,
-    head_dim=64, tie_word_embeddings=True, max_position_embeddings=4096, num_layers=4)
 MAIN_JOB_BUCKETS = (1024, 2048)  # configs/local_default.py; max_context 4096 is added
 VARIANTS = {  # name -> (context_buckets, decode_call_tokens)
     "one_call": (MAIN_JOB_BUCKETS, 10**12),
@@ -133,13 +130,13 @@ def main() -> None:
     args = parser.parse_args()
     compile_cache.enable()
     load_at_start = os.getloadavg()[0]
-    shape = (SCRATCH_SHAPE if args.shape == "scratch"
-             else dict(SMOLLM2_SHAPE, num_layers=args.layers))
-    model = Decoder(ModelConfig(**shape), rngs=nnx.Rngs(0))
+    cfg = (scratch_default() if args.shape == "scratch"
+           else SMOLLM2_135M.replace(num_layers=args.layers))
+    model = Decoder(cfg, rngs=nnx.Rngs(0))
     plan = episode_plan(args.episodes, args.turns)
     results = {name: run_variant(model, name, plan, args.slots) for name in VARIANTS}
     figures: dict[str, object] = {
-        "shape": args.shape, "layers": shape["num_layers"], "slots": args.slots,
+        "shape": args.shape, "layers": cfg.num_layers, "slots": args.slots,
         "episodes": args.episodes, "turns": args.turns,
         "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()[0]}
     for name, r in results.items():

@@ -139,7 +139,7 @@ def part_peaks(options: Options) -> dict[str, Any]:
 def model_configs(tiny: bool, dtype) -> dict[str, Any]:
     """MODELS' shapes: SmolLM2-135M and Qwen2.5-1.5B (tiny: the same families at ~100k params)."""
     from agentrl_jax.models.config import ModelConfig
-    from benchmarks.sampler import SMOLLM2
+    from benchmarks.model_shapes import SMOLLM2_135M
 
     if tiny:
         return {"smollm2_135m": ModelConfig.tiny("llama", dtype=dtype),
@@ -148,7 +148,7 @@ def model_configs(tiny: bool, dtype) -> dict[str, Any]:
         vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
         num_kv_heads=2, head_dim=128, family="qwen2", rope_theta=1e6, rms_norm_eps=1e-6,
         qkv_bias=True, tie_word_embeddings=True, max_position_embeddings=32768, dtype=dtype)
-    return {"smollm2_135m": ModelConfig(**SMOLLM2, dtype=dtype), "qwen25_1_5b": qwen}
+    return {"smollm2_135m": SMOLLM2_135M.replace(dtype=dtype), "qwen25_1_5b": qwen}
 
 
 def _smollm2_weights(dtype):

@@ -36,20 +36,15 @@ import numpy as np
 from flax import nnx
 
 from agentrl_jax import compile_cache
-from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.sampling import EngineConfig, GenerateRequest, SamplingEngine, SamplingParams
 from benchmarks.machine_info import write_result
+from benchmarks.model_shapes import SMOLLM2_135M
 
 # Deciles of the new prompt tokens per turn (the reply's end and the observation) in SmolLM2's
 # 80 multi-turn validation episodes of session 23 (train split, five tasks, SmolLM2's chat
 # template; 318 continuations): a quarter are under 30 tokens, half over 150.
 OBSERVATION_TOKENS = (21, 24, 27, 69, 106, 170, 228, 254, 290, 337)
-SMOLLM2_SHAPE = dict(
-    vocab_size=49152, hidden_size=576, intermediate_size=1536, num_heads=9, num_kv_heads=3,
-    head_dim=64, rope_theta=100000.0, tie_word_embeddings=True, rms_norm_eps=1e-5,
-    max_position_embeddings=8192,
-)
 VARIANTS = {  # name -> (prefill_buckets, prefill_call_tokens)
     "padded": ((128, 512, 2048), 10**9),
     "planned_old_buckets": ((128, 512, 2048), 32),
@@ -114,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     compile_cache.enable()
     load_at_start = os.getloadavg()[0]
-    model = Decoder(ModelConfig(num_layers=args.layers, **SMOLLM2_SHAPE), rngs=nnx.Rngs(0))
+    model = Decoder(SMOLLM2_135M.replace(num_layers=args.layers), rngs=nnx.Rngs(0))
     results = {name: run_variant(model, name, args.episodes, args.turns, args.new)
                for name in VARIANTS}
     figures: dict[str, object] = {

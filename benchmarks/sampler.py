@@ -46,13 +46,9 @@ from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.models.hf_io import load_hf, save_hf
 from agentrl_jax.sampling import EngineConfig, GenerateRequest, SamplingEngine, SamplingParams
+from benchmarks.model_shapes import SMOLLM2_135M
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "sampler.json"
-SMOLLM2 = dict(
-    vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
-    num_kv_heads=3, head_dim=64, rope_theta=100000.0, tie_word_embeddings=True, rms_norm_eps=1e-5,
-    max_position_embeddings=8192,
-)
 
 
 def model_dir() -> tuple[pathlib.Path, str]:
@@ -66,7 +62,7 @@ def model_dir() -> tuple[pathlib.Path, str]:
         from flax import nnx
 
         path = pathlib.Path(tempfile.mkdtemp()) / "smollm2-random"
-        save_hf(Decoder(ModelConfig(**SMOLLM2), rngs=nnx.Rngs(0)), path)
+        save_hf(Decoder(SMOLLM2_135M, rngs=nnx.Rngs(0)), path)
         return path, "random weights, SmolLM2-135M shape"
 
 

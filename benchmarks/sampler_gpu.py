@@ -28,7 +28,7 @@ from flax import nnx
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.sampling import EngineConfig, GenerateRequest, SamplingEngine, SamplingParams
-from benchmarks.sampler import SMOLLM2
+from benchmarks.model_shapes import SMOLLM2_135M
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "sampler_gpu.json"
 
@@ -104,7 +104,7 @@ def main():
         cfg = ModelConfig.tiny("llama", dtype=dtype, param_dtype=dtype)
         args.batch, args.prompt, args.new = min(args.batch, 8), 16, 33
     else:
-        cfg = ModelConfig(**SMOLLM2, dtype=dtype, param_dtype=dtype)
+        cfg = SMOLLM2_135M.replace(dtype=dtype, param_dtype=dtype)
     if args.zoo and not args.tiny:
         from agentrl_jax.models.hf_io import load_hf
         from agentrl_jax.models.zoo import resolve_model_dir

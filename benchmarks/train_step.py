@@ -32,12 +32,8 @@ from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.rl import train_step as ts
 from agentrl_jax.rl.batch import TrainBatch
 from benchmarks.machine_info import write_result
+from benchmarks.model_shapes import SMOLLM2_135M
 
-SMOLLM2_135M = ModelConfig(
-    vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
-    num_kv_heads=3, head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
-    tie_word_embeddings=True, max_position_embeddings=8192,
-)
 TINY = ModelConfig.tiny(vocab_size=512, hidden_size=128, intermediate_size=384, num_layers=4,
                         num_heads=4, num_kv_heads=2, head_dim=32)
 

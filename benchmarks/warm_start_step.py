@@ -77,7 +77,7 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
     from agentrl_jax.rl import train_step
     from agentrl_jax.rl.batch import Trajectory, pack
     from agentrl_jax.sft.trainer import SFTTrainer
-    from benchmarks.train_step import SMOLLM2_135M
+    from benchmarks.model_shapes import SMOLLM2_135M
     from launch.local import single_device_mesh
 
     hostmem.keep_freed_memory()
