@@ -30,6 +30,7 @@ from agentrl_jax.sampling.engine import SamplingEngine
 from agentrl_jax.sampling.weights import (
     SamplerWeights,
     Weights,
+    place_weights,
     split_layers,
     split_shardings,
     weight_shardings,
@@ -70,9 +71,7 @@ class AdapterSamplingEngine(AsyncSamplingEngine):
 
     def _place(self, adapters: Weights) -> Weights:
         adapters = {"layers": {name: adapters["layers"][name] for name in self._names}}
-        if self._adapter_shardings is not None:
-            return jax.device_put(adapters, self._adapter_shardings)
-        return jax.device_put(adapters)
+        return place_weights(adapters, self._adapter_shardings)
 
     def _served_weights(self, placed: Weights) -> SamplerWeights:
         split = self._split(placed)["layers"]

@@ -75,6 +75,7 @@ from agentrl_jax.sampling.weights import (
     PolicyWeights,
     SamplerWeights,
     Weights,
+    place_weights,
     split_layers,
     split_shardings,
     weight_shardings,
@@ -307,8 +308,7 @@ class SamplingEngine:
             if isinstance(params, nnx.State):
                 params = nnx.merge(self._graphdef, params)
             weights = weights_of(params) if isinstance(params, Decoder) else params
-            if self._weight_shardings is not None:
-                weights = jax.device_put(weights, self._weight_shardings)
+            weights = place_weights(weights, self._weight_shardings)
             weights = self._split(weights)
             if stage_clock.enabled():   # timed to its end, not to its dispatch
                 jax.block_until_ready(weights)

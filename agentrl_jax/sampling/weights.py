@@ -10,8 +10,8 @@ Two layouts:
 
 The engine's compiled steps take the weights as an argument, so swapping in new weights of the
 same shapes, dtypes and shardings never recompiles. Weights arriving from the trainer (any
-sharding) are resharded onto the sampler's shardings with one `jax.device_put`, then split by a
-jitted function (compiled once per engine).
+sharding) are placed on the sampler's shardings, or on one device without a mesh, with one
+`jax.device_put` (`place_weights`), then split by a jitted function (compiled once per engine).
 """
 
 from __future__ import annotations
@@ -63,6 +63,17 @@ def weight_shardings(
         _variables(model),
         is_leaf=_is_variable,
     )
+
+
+def place_weights(weights: Weights, shardings: Any) -> Weights:
+    """`weights` on `shardings` (from `weight_shardings` on a mesh), or, when that is None (no
+    mesh), on this process's first device, whatever sharding they arrive with.
+
+    jit keys its programs by their arguments' shardings: weights synced from a trainer's
+    one-device mesh (a NamedSharding) beside an engine's first weights (a single device) would
+    compile every sampler program a second time.
+    """
+    return jax.device_put(weights, jax.local_devices()[0] if shardings is None else shardings)
 
 
 def split_layers(weights: Weights) -> SamplerWeights:

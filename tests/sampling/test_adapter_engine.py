@@ -134,3 +134,30 @@ def test_adapters_on_an_8_device_sampler_mesh_equal_unsharded():
     for a, b in zip(plain, sharded, strict=True):
         assert a.tokens == b.tokens
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+def test_adapters_from_a_trainer_mesh_do_not_recompile():
+    """Adapters that carry a LoRA trainer's one-device NamedSharding (what RL syncs) are placed
+    as the first ones were, so the engine's programs do not compile again."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    model = _adapted()
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+    prompts = [random_prompt(6, 0)]
+    base = make_engine(model)
+
+    async def main():
+        with AdapterSamplingEngine(base, model) as engine:
+            await engine.update_params(_trained_adapters(model, 1), 1)
+            await engine._run(base.warmup)   # every shape, on the served weights' placement
+            await _generate(engine, prompts)
+            compiled = base.num_compiled()
+            synced = jax.device_put(_trained_adapters(model, 2),
+                                    NamedSharding(mesh, PartitionSpec()))
+            await engine.update_params(synced, 2)
+            out = await _generate(engine, prompts)
+            return compiled, base.num_compiled(), out[0].versions
+
+    compiled, after, versions = asyncio.run(main())
+    assert versions == [2] * 6
+    assert after == compiled

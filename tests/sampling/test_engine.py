@@ -213,6 +213,26 @@ def test_update_params_changes_outputs_and_versions_without_recompiling(llama):
     assert engine.num_compiled() == compiled
 
 
+def test_weights_from_a_trainer_mesh_do_not_recompile(llama):
+    """A mesh-less engine given weights that carry a trainer's one-device NamedSharding (what RL
+    syncs) places them as it placed its first weights, so no program compiles again."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from agentrl_jax.sampling.weights import weights_of
+
+    engine = make_engine(llama)
+    engine.warmup()
+    compiled = engine.num_compiled()
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+    new_model = tiny_model("llama", seed=1)
+    trainer_weights = jax.device_put(weights_of(new_model), NamedSharding(mesh, PartitionSpec()))
+    engine.update_params(trainer_weights, version=1)
+    prompt = random_prompt(9, 0)
+    out = engine.generate([GenerateRequest(prompt, GREEDY)])[0]
+    assert out.tokens == reference_greedy(new_model, prompt, 10)
+    assert engine.num_compiled() == compiled
+
+
 def test_update_params_accepts_trainer_state(llama):
     from flax import nnx
 
