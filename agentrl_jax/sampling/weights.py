@@ -65,7 +65,7 @@ def weight_shardings(
     )
 
 
-def place_weights(weights: Weights, shardings: Any) -> Weights:
+def place_weights(weights: Any, shardings: Any) -> Any:
     """`weights` on `shardings` (from `weight_shardings` on a mesh), or, when that is None (no
     mesh), on this process's first device, whatever sharding they arrive with.
 
