@@ -1,4 +1,4 @@
-"""The main job's embedded default: all five AgentBench-FC tasks on one 2-core CPU in ~20 min.
+"""The main job's embedded default: all five AgentBench-FC tasks on one 2-core CPU in ~30 min.
 
 A small Llama-style model is trained from scratch with its own 4k-entry BPE tokenizer: warm
 start on oracle demonstrations, then asynchronous multi-task RL with cross-policy sampling and
