@@ -479,7 +479,7 @@ class SamplingEngine:
 
     def num_compiled(self) -> int:
         """Compiled variants of the two device programs so far."""
-        return self._prefill._cache_size() + self._decode._cache_size()
+        return self._prefill._cache_size() + self._decode.num_compiled()
 
     def warmup(self) -> None:
         """Compiles every bucket shape, so traffic afterwards never compiles.

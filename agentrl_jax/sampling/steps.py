@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -155,11 +156,50 @@ def decode_chunk(
     return pool, out_tokens, out_logprobs, emitted.T
 
 
+# XLA's CPU backend hands dots, reductions and elementwise fusions to YNNPACK. In a one-row
+# decode chunk its YNNPACK fusions are reductions (the softmax over the vocabulary, attention's
+# multiply-reduce; one-row dots stay XLA's own), and without them a SmolLM2-135M step takes
+# ~0.83 of the time; from 2 rows up YNNPACK's fusions, its dots among them, are 1.2-3x faster
+# (docs/performance.md, "One-row decode without YNNPACK"). So decode programs of at most this
+# many rows are compiled without YNNPACK.
+NO_YNNPACK_MAX_ROWS = 1
+_NO_YNNPACK = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+class DecodePrograms:
+    """The jitted decode chunk, compiled per batch shape, picking its compiler options by rows.
+
+    Called as the jitted function is: (weights, pool, tokens, ...), the pool donated.
+    """
+
+    def __init__(self, fn, small_options: dict[str, str] | None):
+        jit = functools.partial(jax.jit, donate_argnums=(1,))
+        # Any: jit's wrapper type does not declare `_cache_size`, which `num_compiled` reads.
+        self._large: Any = jit(fn)
+        self._small: Any = jit(fn, compiler_options=small_options) if small_options else self._large
+
+    def _program(self, tokens: jax.Array):
+        return self._small if tokens.shape[0] <= NO_YNNPACK_MAX_ROWS else self._large
+
+    def __call__(self, w, pool, tokens, *args):
+        return self._program(tokens)(w, pool, tokens, *args)
+
+    def lower(self, w, pool, tokens, *args) -> jax.stages.Lowered:
+        """The program these arguments would run, lowered (as `jax.jit(...).lower`)."""
+        return self._program(tokens).lower(w, pool, tokens, *args)
+
+    def num_compiled(self) -> int:
+        """Compiled variants so far, of both programs."""
+        small = self._small._cache_size() if self._small is not self._large else 0
+        return self._large._cache_size() + small
+
+
 @functools.lru_cache(maxsize=16)
 def compile_steps(cfg: ModelConfig, page_size: int, num_steps: int, pool_sharding=None):
     """The jitted (prefill, decode_chunk), pool donated, pool sharding pinned on a mesh.
 
-    Cached, so engines of the same model shape (e.g. re-created ones) share compilations.
+    Cached, so engines of the same model shape (e.g. re-created ones) share compilations. On
+    CPU, decode chunks of at most `NO_YNNPACK_MAX_ROWS` rows compile without YNNPACK.
     """
 
     def pin(pool: KVPool) -> KVPool:
@@ -175,5 +215,5 @@ def compile_steps(cfg: ModelConfig, page_size: int, num_steps: int, pool_shardin
         pool, *out = decode_chunk(cfg, page_size, num_steps, w, pool, *args)
         return pin(pool), *out
 
-    jit = functools.partial(jax.jit, donate_argnums=(1,))
-    return jit(prefill_fn), jit(decode_fn)
+    small_options = _NO_YNNPACK if jax.default_backend() == "cpu" else None
+    return jax.jit(prefill_fn, donate_argnums=(1,)), DecodePrograms(decode_fn, small_options)
