@@ -21,6 +21,7 @@ from flax import nnx
 
 from agentrl_jax.models import layers as L
 from agentrl_jax.models.config import ModelConfig
+from agentrl_jax.models.matmul import linear
 
 
 @jax.tree_util.register_dataclass
@@ -171,7 +172,7 @@ def block(cfg: ModelConfig, p: dict, x: jax.Array, rope: tuple[jax.Array, jax.Ar
         if cfg.lora is not None and name in cfg.lora.targets:
             a_name, b_name = lora_names(name)
             return L.lora_linear(h, p[name], p[a_name], p[b_name], cfg.lora.scale)
-        return h @ p[name]
+        return linear(h, p[name])
 
     h = L.rms_norm(x, p["input_norm"], cfg.rms_norm_eps)
     q, k, v = project(h, "q_proj"), project(h, "k_proj"), project(h, "v_proj")

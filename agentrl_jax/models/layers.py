@@ -15,6 +15,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from agentrl_jax.models.config import ModelConfig
+from agentrl_jax.models.matmul import linear
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
@@ -31,7 +32,7 @@ def lora_linear(h: jax.Array, w: jax.Array, a: jax.Array, b: jax.Array, scale: f
     h [N, in], W [in, out], A [in, r], B [r, out]. The adapter path costs two rank-r matmuls
     instead of a full [in, out] update, and W gets no gradient when it is not differentiated.
     """
-    return h @ w + ((h @ a) * scale) @ b
+    return linear(h, w) + linear(linear(h, a) * scale, b)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from agentrl_jax.models.decoder import Decoder
+from agentrl_jax.models.matmul import sum_of_outer_products
 
 # Default budget of `chunked_logprobs` for keeping the logits of all chunks (fp32 bytes).
 KEEP_LOGITS_BYTES = 1 << 30
@@ -67,10 +68,10 @@ def _kept_bwd(temperature, vocab_major, entropy_grad, res, cotangents):
         dz = (dz / temperature).astype(h.dtype)
         if vocab_major:
             dh = jnp.einsum("rv,vd->rd", dz, w, preferred_element_type=jnp.float32)
-            dw = dw + jnp.einsum("rv,rd->vd", dz, h, preferred_element_type=jnp.float32)
+            dw = dw + sum_of_outer_products(dz, h)
         else:
             dh = jnp.einsum("rv,dv->rd", dz, w, preferred_element_type=jnp.float32)
-            dw = dw + jnp.einsum("rv,rd->dv", dz, h, preferred_element_type=jnp.float32)
+            dw = dw + sum_of_outer_products(h, dz)
         return dw, dh.astype(h.dtype)
 
     xs = (h_chunks, t_chunks, z, lse, mean_z, g_logp, g_entropy)
