@@ -107,6 +107,8 @@ MEANINGS: dict[str, str] = {
     "sft.auto_buckets": "> 0: that many row lengths chosen from the demonstrations' lengths "
                         "by sft/plan.py's cost model, in place of seq_buckets",
     "sft.seed": "order of the demonstrations",
+    "sft.compute_dtype": 'e.g. "bfloat16" (fp32 master weights and Adam); None computes in '
+                         "the parameters' fp32",
     "sft.context_loss_weight": "loss weight of the context tokens (prompt, tools, observations); "
                                "the assistant's weigh 1, 0 = assistant tokens only",
     "sft.copy_swap_fraction": "share of the demonstrations trained with their rare copied "

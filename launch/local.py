@@ -157,10 +157,12 @@ def prepare_task_data(config: ml_collections.ConfigDict, run: RunDir) -> None:
 
 
 def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) -> str:
-    """What decides the warm-started policy; equal keys share one cached result."""
+    """What decides the warm-started policy; equal keys share one cached result. An unset (None)
+    SFT setting is left out, so adding one keeps the keys of the policies cached before it."""
     material = json.dumps({
         "model": config.model.to_dict(),
-        "sft": {k: v for k, v in config.sft.to_dict().items() if k != "cache_dir"},
+        "sft": {k: v for k, v in config.sft.to_dict().items()
+                if k != "cache_dir" and v is not None},
         "demos": [p.name for p in demo_paths], "max_tokens": config.demos.max_tokens,
     }, sort_keys=True, default=str)
     return hashlib.sha256(material.encode()).hexdigest()[:16]

@@ -28,3 +28,14 @@ def test_the_copy_stage_runs_before_the_demonstrations_when_enabled(tmp_path):
     copy_steps = math.ceil(6 * 64 / 128)
     assert stages[:copy_steps] == ["sft_copy"] * copy_steps
     assert stages[copy_steps:] and set(stages[copy_steps:]) == {"sft"}
+
+
+def test_an_unset_sft_setting_keeps_the_cache_key_and_a_set_one_changes_it(tmp_path):
+    demos = [tmp_path / "demos.jsonl"]
+    config = local_default.get_config()
+    key = local._sft_key(config, demos)
+    without = local_default.get_config()
+    del without.sft["compute_dtype"]   # the config as it was before the setting existed
+    assert local._sft_key(without, demos) == key
+    config.sft.compute_dtype = "bfloat16"
+    assert local._sft_key(config, demos) != key

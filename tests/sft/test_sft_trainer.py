@@ -90,3 +90,24 @@ def test_auto_buckets_replace_the_configured_row_lengths(capsys):
                   on_step=lambda step, total, m: losses.append(m["loss"]))
     assert len(losses) == 2 and np.isfinite(losses).all()
     assert "row lengths (128,)" in capsys.readouterr().out
+
+
+def test_bf16_compute_learns_the_reply_and_keeps_fp32_weights():
+    cfg = ModelConfig.tiny("llama", vocab_size=32, max_position_embeddings=64)
+    traj, mesh, config = _fixed_reply_setup()
+    config.optimizer.update(learning_rate=1e-2, warmup_steps=0)
+    losses = {}
+    for dtype in (None, "bfloat16"):
+        model = Decoder(cfg, rngs=nnx.Rngs(0))
+        config.compute_dtype = dtype
+        losses[dtype] = []
+        stage.run_sft(model, [traj] * 2, config, mesh,
+                      on_step=lambda step, total, m, dtype=dtype: losses[dtype].append(m["loss"]))
+    bf16 = losses["bfloat16"]
+    # The same first step, computed in bf16: close to fp32's loss, not equal to it.
+    assert bf16[0] != losses[None][0]
+    np.testing.assert_allclose(bf16[0], losses[None][0], rtol=2e-2)
+    assert bf16[-1] < 0.1 * bf16[0]
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(nnx.state(model)))
+    predicted = np.asarray(jnp.argmax(_reply_logits(model, traj)[0, 3:8], -1))
+    np.testing.assert_array_equal(predicted, REPLY)
