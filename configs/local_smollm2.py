@@ -10,8 +10,10 @@ into the model at its end) and RL, over a frozen base, at 10x the learning rates
 
 Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. Measured on
 the 2-core CPU (docs/warm_start.md): the warm start's 150 steps (two epochs over 95
-demonstrations) took 81 min with nothing else running, 15-36 s a step by row length, at
-~12.7 GB resident; the evaluation after it peaked at 13.1 GB before the prefill cap
+demonstrations) took 81 min in fp32 (2026-12-04) and 34 min computing in bf16
+(`sft.compute_dtype`, 2026-12-05; 1.45x a step in the same run of
+benchmarks/warm_start_step.py), with the same validation success (6 and 7 of 40); the fp32 run
+held ~12.7 GB resident, and the evaluation after it peaked at 13.1 GB before the prefill cap
 (`rl.engine.max_prefill_tokens`). Keep the model's whole
 vocabulary here: pruned to the demonstrations' (`model.shrink_layers=30`) it cannot copy the
 names of unseen episodes (0 of 40 validation episodes against 1 of 40, docs/warm_start.md).
@@ -43,6 +45,9 @@ def get_config(mode: str = "") -> object:
     # (docs/warm_start.md).
     c.sft.optimizer.update(learning_rate=5e-5, warmup_steps=5)
     c.sft.epochs = 2
+    # bf16 products (fp32 master weights): 7 of 40 validation episodes against fp32's 6, in
+    # 34 min against 81 (docs/warm_start.md, docs/performance.md).
+    c.sft.compute_dtype = "bfloat16"
     c.rl.trainer.optimizer.learning_rate = 1e-6 * 5
     if not mode:
         c.demos.per_task = 20
