@@ -21,6 +21,9 @@ against `pruned`:
                  SmolLM2 demonstrations), every position projected onto the vocabulary
                  (`rl.trainer.logprob_min_positions` = 0)
     demo_loss_positions  the same with only the loss's positions projected (at least 128)
+    bf16         compute in bf16 (`compute_dtype`; fp32 master weights and Adam), the products
+                 as `models/matmul.py` writes them
+    full_vocab_bf16  the whole vocabulary in bf16: `configs/local_smollm2.py`'s warm start
 
 Each variant runs in its own process, so its peak resident memory is its own. Reported per
 variant: the first step's seconds (compilation included), the median of the next steps,
@@ -44,17 +47,19 @@ import numpy as np
 
 ROWS, LENGTH = 4, 1024
 DEMO_LOSS_SHARE, DEMO_TURN = 0.13, 40  # the assistant's share of a demonstration, turn length
-VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length, empty rows, loss mask)
-    "pruned": (False, False, False, ROWS, LENGTH, 0, "all"),
-    "full_vocab": (True, False, False, ROWS, LENGTH, 0, "all"),
-    "remat": (False, True, False, ROWS, LENGTH, 0, "all"),
-    "lora": (False, False, True, ROWS, LENGTH, 0, "all"),
-    "one_row": (False, False, False, 1, ROWS * LENGTH, 0, "all"),
-    "one_demo": (False, False, False, 1, LENGTH, 0, "all"),
-    "demo_padded": (True, False, False, 1, 1536, 1, "all"),
-    "demo_cut": (True, False, False, 1, 1536, 0, "all"),
-    "demo_all_positions": (True, False, False, 1, 1536, 0, "turns, every position"),
-    "demo_loss_positions": (True, False, False, 1, 1536, 0, "turns"),
+VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length, empty rows, loss mask, dtype)
+    "pruned": (False, False, False, ROWS, LENGTH, 0, "all", None),
+    "full_vocab": (True, False, False, ROWS, LENGTH, 0, "all", None),
+    "remat": (False, True, False, ROWS, LENGTH, 0, "all", None),
+    "lora": (False, False, True, ROWS, LENGTH, 0, "all", None),
+    "one_row": (False, False, False, 1, ROWS * LENGTH, 0, "all", None),
+    "one_demo": (False, False, False, 1, LENGTH, 0, "all", None),
+    "demo_padded": (True, False, False, 1, 1536, 1, "all", None),
+    "demo_cut": (True, False, False, 1, 1536, 0, "all", None),
+    "demo_all_positions": (True, False, False, 1, 1536, 0, "turns, every position", None),
+    "demo_loss_positions": (True, False, False, 1, 1536, 0, "turns", None),
+    "bf16": (False, False, False, ROWS, LENGTH, 0, "all", "bfloat16"),
+    "full_vocab_bf16": (True, False, False, ROWS, LENGTH, 0, "all", "bfloat16"),
 }
 
 
@@ -81,10 +86,11 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
     from launch.local import single_device_mesh
 
     hostmem.keep_freed_memory()
-    full_vocab, remat, lora, rows, length, empty, loss = VARIANTS[name]
+    full_vocab, remat, lora, rows, length, empty, loss, dtype = VARIANTS[name]
     cfg = SMOLLM2_135M if full_vocab else SMOLLM2_135M.replace(vocab_size=vocab)
     c = train_step.default_config()
-    c.update(remat=remat, seq_buckets=(length,), tokens_per_micro=rows * length)
+    c.update(remat=remat, seq_buckets=(length,), tokens_per_micro=rows * length,
+             compute_dtype=dtype)
     if loss == "turns":
         c.logprob_min_positions = 128
     c.optimizer.learning_rate = 2e-5
