@@ -11,7 +11,7 @@ into the model at its end) and RL, over a frozen base, at 10x the learning rates
 Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. Measured on
 the 2-core CPU (docs/warm_start.md): the warm start's 150 steps (two epochs over 95
 demonstrations) took 81 min in fp32 (2026-12-04) and 34 min computing in bf16
-(`sft.compute_dtype`, 2026-12-05; 1.45x a step in the same run of
+(`sft.compute_dtype`, 2026-12-05; 1.45-1.55x a step in same-run pairs of
 benchmarks/warm_start_step.py), with the same validation success (6 and 7 of 40); the fp32 run
 held ~12.7 GB resident, and the evaluation after it peaked at 13.1 GB before the prefill cap
 (`rl.engine.max_prefill_tokens`). Keep the model's whole

@@ -54,7 +54,7 @@ def default_config() -> ml_collections.ConfigDict:
         seed=0,
         lora=train_step.lora_config(),
         # e.g. "bfloat16": the trainer's compute dtype (fp32 master weights and Adam); on a
-        # CPU with AVX512-BF16 1.45x faster a step (benchmarks/warm_start_step.py)
+        # CPU with AVX512-BF16 1.45-1.66x faster a step (benchmarks/warm_start_step.py)
         compute_dtype=ml_collections.config_dict.placeholder(str),
     ))
 
