@@ -19,7 +19,37 @@ from agentrl_jax import compile_cache  # noqa: E402
 compile_cache.enable()
 
 
+import gc  # noqa: E402
+
 import pytest  # noqa: E402
+
+
+def _memory_maps() -> tuple[int, int]:
+    """This process's memory maps and the kernel's limit on them (Linux; else zeros)."""
+    try:
+        with open("/proc/self/maps") as maps, open("/proc/sys/vm/max_map_count") as limit:
+            return sum(1 for _ in maps), int(limit.read())
+    except OSError:
+        return 0, 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops JAX's in-memory caches after a test module once maps pass half the kernel's limit.
+
+    Every compiled CPU program keeps its machine code in memory maps of its own, and the jit
+    caches keep every program alive: one process running the whole suite passed Linux's limit
+    of 65,530 maps (`vm.max_map_count`), and LLVM aborted compiling or serializing the next
+    program ("Cannot allocate memory"). Clearing after every module would compile small
+    programs again in each; programs a later module needs come back from the persistent cache.
+    """
+    yield
+    maps, limit = _memory_maps()
+    if maps > limit // 2:
+        import jax
+
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(params=["llama", "qwen2", "glm4"])
