@@ -28,9 +28,10 @@ against `pruned`:
 Each variant runs in its own process, so its peak resident memory is its own. Reported per
 variant: the first step's seconds (compilation included), the median of the next steps,
 tokens per second, and the peak RSS. Same-run ratios against `pruned` say what each choice
-costs; the default is a few minutes on a 2-core CPU.
+costs. The default runs the four variants that decide the warm start's precision (about five
+minutes on a 2-core CPU); `--only` names others, `--only all` runs every one (about 18).
 
-    python -m benchmarks.warm_start_step [--vocab 4308] [--steps 3]
+    python -m benchmarks.warm_start_step [--only pruned bf16 ...|all] [--vocab 4308] [--steps 2]
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ VARIANTS = {  # name: (full vocabulary, remat, LoRA, rows, length, empty rows, l
     "bf16": (False, False, False, ROWS, LENGTH, 0, "all", "bfloat16"),
     "full_vocab_bf16": (True, False, False, ROWS, LENGTH, 0, "all", "bfloat16"),
 }
+DEFAULT_VARIANTS = ("pruned", "bf16", "full_vocab", "full_vocab_bf16")
 
 
 def demo_loss_mask(length: int) -> np.ndarray:
@@ -144,6 +146,11 @@ def measure(names: list[str], vocab: int, steps: int) -> dict[str, float]:
             "demo_all_positions_step_s"]
         print(f"one demonstration, the vocabulary projected at its loss positions only against "
               f"at all: {figures['loss_positions_vs_all_step']:.2f} of the step")
+    if {"full_vocab", "full_vocab_bf16"} <= set(names):
+        figures["bf16_speedup_full_vocab"] = (figures["full_vocab_step_s"]
+                                              / figures["full_vocab_bf16_step_s"])
+        print(f"the warm start's step (whole vocabulary) in bf16 against fp32: "
+              f"{figures['bf16_speedup_full_vocab']:.2f}x faster")
     if "pruned" in names:
         base = figures["pruned_step_s"]
         for name in names:
@@ -159,9 +166,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=4308,
                         help="the pruned vocabulary's size (models/shrink.py on the demos)")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps after the first")
+    parser.add_argument("--steps", type=int, default=2, help="timed steps after the first")
     parser.add_argument("--variant", help="run one variant here and print its JSON (internal)")
-    parser.add_argument("--only", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--only", nargs="*", default=list(DEFAULT_VARIANTS),
+                        choices=[*VARIANTS, "all"])
     args = parser.parse_args()
     if args.variant:
         print(json.dumps(run_variant(args.variant, args.vocab, args.steps)))
@@ -169,8 +177,9 @@ def main() -> None:
 
     from benchmarks.machine_info import write_result
 
+    names = list(VARIANTS) if "all" in args.only else args.only
     figures = {"vocab_pruned": args.vocab, "steps": args.steps,
-               **measure(args.only, args.vocab, args.steps)}
+               **measure(names, args.vocab, args.steps)}
     write_result("warm_start_step", figures)
 
 
