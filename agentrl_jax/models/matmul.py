@@ -5,10 +5,9 @@ sampler) the product accumulates in fp32 and is rounded to bf16 once, as an acce
 matrix unit does, and so are its gradients. The arrangement is for XLA CPU (jax 0.10), which runs
 a bf16 x bf16 dot natively (YNNPACK; AVX512-BF16 where the CPU has it) only when the dot's
 result is fp32 and the operands are not contracted over their leading axis; any other bf16 dot
-it upcasts whole to fp32 and runs at the fp32 rate. Measured on a 2-core AVX512-BF16 CPU,
-4,096 x 576 x 1,536 (GFLOP/s): fp32 187; bf16 with a bf16 result 159; bf16 with an fp32
-result 390; a weight gradient (leading axes contracted) 157, and 365 written as
-`sum_of_outer_products`. On GPU and TPU the same graph is the ordinary mixed-precision product.
+it upcasts whole to fp32 and runs at the fp32 rate (the measured rates are in
+docs/performance.md, "bf16 products that XLA CPU runs in bf16"). On GPU and TPU the same graph
+is the ordinary mixed-precision product.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ def sum_of_outer_products(a: jax.Array, b: jax.Array) -> jax.Array:
     """aᵀ · b = Σ_n a[n] ⊗ b[n], fp32 [x, y], for a [N, x] and b [N, y].
 
     A weight gradient. It contracts a unit leading axis as well as N: XLA CPU upcasts a bf16 dot
-    that contracts only the leading axes to fp32, but runs this form in bf16 (2.3x faster).
+    that contracts only the leading axes to fp32, but runs this form in bf16.
     fp32 operands take the plain contraction.
     """
     if a.dtype == jnp.float32:

@@ -53,8 +53,8 @@ def default_config() -> ml_collections.ConfigDict:
         optimizer=opt,
         seed=0,
         lora=train_step.lora_config(),
-        # e.g. "bfloat16": the trainer's compute dtype (fp32 master weights and Adam); on a
-        # CPU with AVX512-BF16 1.45-1.66x faster a step (benchmarks/warm_start_step.py)
+        # e.g. "bfloat16": the trainer's compute dtype (fp32 master weights and Adam); faster
+        # a step on a CPU with AVX512-BF16 (benchmarks/warm_start_step.py)
         compute_dtype=ml_collections.config_dict.placeholder(str),
     ))
 
