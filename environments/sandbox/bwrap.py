@@ -42,7 +42,7 @@ from environments.sandbox.layer import PrivateLayer
 
 # Top-level host paths that make up a usable system when there is no image: /usr, plus the
 # merged-/usr links (or real directories on older hosts).
-_HOST_SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+HOST_SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Host /etc files that are harmless and that common tools need: Debian's alternatives (awk, vi,
 # editor, ...) and the dynamic linker's cache.
 _HOST_ETC = ("/etc/alternatives", "/etc/ld.so.cache")
@@ -118,6 +118,19 @@ def bwrap_argv(config: SandboxConfig, layer: PrivateLayer, command: Sequence[str
     return [*argv, "--", *command]
 
 
+def host_system_binds() -> list[str]:
+    """bwrap arguments that show the host's system read-only: /usr, and each of
+    `HOST_SYSTEM_DIRS` as the host has it (a link to the same target, or a directory bound)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in HOST_SYSTEM_DIRS:
+        host = "/" + name
+        if os.path.islink(host):
+            args += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            args += ["--ro-bind", host, host]
+    return args
+
+
 def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
     if config.writable_root:
         if layer.root is None:
@@ -127,13 +140,7 @@ def _filesystem(config: SandboxConfig, layer: PrivateLayer) -> list[str]:
         args = ["--ro-bind", config.image, "/"]
     else:
         # bwrap would create /etc 0700 for the binds below; a non-root inside uid needs 0755.
-        args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
-        for name in _HOST_SYSTEM_DIRS:
-            host = "/" + name
-            if os.path.islink(host):
-                args += ["--symlink", os.readlink(host), host]
-            elif os.path.isdir(host):
-                args += ["--ro-bind", host, host]
+        args = [*host_system_binds(), "--perms", "0755", "--dir", "/etc"]
         for name in ("passwd", "group", "hosts", "hostname"):
             args += ["--ro-bind", os.path.join(layer.etc, name), f"/etc/{name}"]
         for path in _HOST_ETC:
@@ -210,7 +217,7 @@ def pristine_system_problem(config: SandboxConfig, layer: PrivateLayer) -> str |
     image = _pristine_image(config, layer)
     if image is None:
         return None
-    names = [*_HOST_SYSTEM_DIRS, "etc", "usr", "usr/share", *_pristine_paths(image),
+    names = [*HOST_SYSTEM_DIRS, "etc", "usr", "usr/share", *_pristine_paths(image),
              "usr/local", "usr/local/lib"]
     for rel in names:
         theirs, mine = os.path.join(image, rel), _agent_view(config, layer, rel)

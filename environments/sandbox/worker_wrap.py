@@ -77,7 +77,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from environments.sandbox.bwrap import _HOST_SYSTEM_DIRS
+from environments.sandbox.bwrap import HOST_SYSTEM_DIRS, host_system_binds
 from environments.sandbox.config import SandboxConfig
 from environments.sandbox.instance import SandboxError
 
@@ -172,14 +172,7 @@ def _bwrap_head(bwrap: str, as_root: bool) -> list[str]:
 
 
 def _filesystem(argv: Sequence[str], options: WorkerSandbox, home: str) -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr"]
-    for name in _HOST_SYSTEM_DIRS:
-        host = "/" + name
-        if os.path.islink(host):
-            args += ["--symlink", os.readlink(host), host]
-        elif os.path.isdir(host):
-            args += ["--ro-bind", host, host]
-    args += ["--perms", "0755", "--dir", "/etc"]
+    args = [*host_system_binds(), "--perms", "0755", "--dir", "/etc"]
     for name in _HOST_ETC:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev",
@@ -211,7 +204,7 @@ def _readable_paths(argv: Sequence[str], options: WorkerSandbox, home: str) -> l
     if options.bind_param_paths:
         candidates += [value for flag, pair in zip(argv, argv[1:], strict=False)
                        if flag == "--param" and (value := pair.partition("=")[2]).startswith("/")]
-    system = ("/usr", "/etc", "/proc", "/dev", *("/" + name for name in _HOST_SYSTEM_DIRS))
+    system = ("/usr", "/etc", "/proc", "/dev", *("/" + name for name in HOST_SYSTEM_DIRS))
     writable = [os.path.abspath(p) for p in options.rw_paths]
     paths = set()
     for candidate in candidates:
