@@ -41,14 +41,12 @@ import dataclasses
 import json
 import logging
 import pathlib
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
 from absl import app, flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentrl_jax import compile_cache
@@ -60,6 +58,7 @@ from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.rollout.record import Rollout
 from environments.registry import AGENTBENCH_FC, task_key
+from launch import process
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "eval.py"
@@ -395,11 +394,7 @@ def run_eval(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {list(argv[1:])}")
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
+    process.begin(argv)
     compile_cache.enable()
     try:
         run_eval(FLAGS.config)

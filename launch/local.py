@@ -39,7 +39,6 @@ import json
 import logging
 import pathlib
 import shutil
-import sys
 import time
 from typing import Any
 
@@ -47,7 +46,6 @@ import jax
 import ml_collections
 import numpy as np
 from absl import app
-from absl import logging as absl_logging
 from jax.sharding import Mesh
 from ml_collections import config_flags
 from tqdm import tqdm
@@ -64,6 +62,7 @@ from agentrl_jax.sft import copy_stage, copy_swap
 from agentrl_jax.sft import demos as demos_lib
 from agentrl_jax.sft import stage as sft_stage
 from environments.registry import parse_task_key, task_key
+from launch import process
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 _CONFIG = config_flags.DEFINE_config_file(
@@ -465,11 +464,7 @@ def run_job(config: ml_collections.ConfigDict) -> pathlib.Path:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)   # a line per request otherwise
+    process.begin(argv)
     compile_cache.enable()   # compiled programs reused across runs (agentrl_jax/compile_cache.py)
     stage_clock.from_environment()   # AGENTRL_JAX_STAGE_CLOCK=PATH: the stages' split (#30)
     hostmem.keep_freed_memory()  # the warm start's buffers stay mapped (agentrl_jax/hostmem.py)

@@ -47,7 +47,6 @@ import os
 import pathlib
 import shutil
 import socket
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +54,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 from absl import app, flags
-from absl import logging as absl_logging
 from jax.sharding import Mesh
 from ml_collections import config_flags
 
@@ -82,6 +80,7 @@ from agentrl_jax.rl.train_step import TrainState
 from agentrl_jax.sampling import weights as weights_lib
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from environments.registry import task_key
+from launch import process
 
 log = logging.getLogger("launch.tpu_pod")
 SETUP = "setup"  # the leader's first message when the followers sample: the hub's URL
@@ -425,11 +424,7 @@ def run(config: ml_collections.ConfigDict) -> TrainState:
 
 def start(argv: list[str]) -> ml_collections.ConfigDict:
     """Flags → the checked config, with the processes joined (what `main` runs before `run`)."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+    process.begin(argv)
     config = FLAGS.config
     check_config(config)  # before joining the others: a bad config fails fast everywhere
     multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
