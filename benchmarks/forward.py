@@ -10,8 +10,6 @@ with `forward_vs_hf_torch`.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -23,17 +21,7 @@ from flax import nnx
 from agentrl_jax.models.hf_io import load_hf
 from agentrl_jax.models.zoo import resolve_model_dir
 from benchmarks.machine_info import write_result
-
-
-def _time(fn, repeats: int) -> float:
-    """Median seconds of `fn()` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from benchmarks.timing import median_seconds
 
 
 def main() -> None:
@@ -53,7 +41,7 @@ def main() -> None:
     t, p = jnp.asarray(tokens), jnp.broadcast_to(jnp.arange(args.length, dtype=jnp.int32),
                                                  tokens.shape)
     s = jnp.ones_like(t)
-    ours_s = _time(lambda: forward(ours, t, p, s).block_until_ready(), args.repeats)
+    ours_s = median_seconds(lambda: forward(ours, t, p, s).block_until_ready(), args.repeats)
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
     hf_tokens = torch.tensor(tokens, dtype=torch.long)
@@ -62,7 +50,7 @@ def main() -> None:
         with torch.inference_mode():
             return hf(input_ids=hf_tokens).logits
 
-    hf_s = _time(hf_forward, args.repeats)
+    hf_s = median_seconds(hf_forward, args.repeats)
 
     # Same answer, or the comparison means nothing.
     with torch.inference_mode():

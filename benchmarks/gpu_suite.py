@@ -35,7 +35,6 @@ import json
 import os
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,18 +95,6 @@ def progress(figures: dict[str, Any]) -> None:
 
 
 
-def _seconds(fn, repeats: int, warmup: int = 2) -> float:
-    """Median wall seconds of `fn()` (which must block until its work is done)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def part_peaks(options: Options) -> dict[str, Any]:
     """HBM bandwidth of a large elementwise copy (x + 1: reads and writes every byte) and the FLOP/s
     of a large bf16 matmul (2 n^3 FLOPs), both on random data, median of 10."""
@@ -117,15 +104,17 @@ def part_peaks(options: Options) -> dict[str, Any]:
     import numpy as np
     import optax
 
+    from benchmarks.timing import median_seconds
+
     copy_elems = (16 << 20) if options.tiny else (1 << 30)   # bf16: 32 MiB or 2 GiB
     n = 512 if options.tiny else 8192
     key = jax.random.key(0)
     x = jax.random.normal(key, (copy_elems,), jnp.bfloat16)
     bump = jax.jit(lambda v: v + 1)
-    copy_s = _seconds(lambda: bump(x).block_until_ready(), repeats=10)
+    copy_s = median_seconds(lambda: bump(x).block_until_ready(), repeats=10, warmup=2)
     a, b = (jax.random.normal(k, (n, n), jnp.bfloat16) for k in jax.random.split(key))
     matmul = jax.jit(lambda p, q: p @ q)
-    matmul_s = _seconds(lambda: matmul(a, b).block_until_ready(), repeats=10, warmup=3)
+    matmul_s = median_seconds(lambda: matmul(a, b).block_until_ready(), repeats=10, warmup=3)
     device = jax.devices()[0]
     return {
         "hbm_copy_gbps": 2 * x.nbytes / copy_s / 1e9,
@@ -196,6 +185,7 @@ def part_train(options: Options) -> dict[str, Any]:
     """Train-step tokens/s and model FLOP/s: fp32 parameters, bf16 compute, one micro-batch."""
     import jax.numpy as jnp
 
+    from benchmarks.timing import median_seconds
     from benchmarks.train_step import make_trainer, model_flops
 
     shapes = {"smollm2_135m": (2, 64), "qwen25_1_5b": (2, 64)} if options.tiny else {
@@ -211,7 +201,7 @@ def part_train(options: Options) -> dict[str, Any]:
             box["state"], metrics = trainer.step(box["state"], [mb], tokens)
             return metrics   # floats: the update has landed
 
-        step_s = _seconds(step, repeats=3 if options.tiny else 5)
+        step_s = median_seconds(step, repeats=3 if options.tiny else 5, warmup=2)
         out[f"{name}_train_tok_s"] = batch * length / step_s
         out[f"{name}_train_model_tflops"] = model_flops(cfg, batch, length) / step_s / 1e12
         out[f"{name}_train_tokens_per_step"] = batch * length
