@@ -204,8 +204,9 @@ MEANINGS: dict[str, str] = {
     "rl.engine.max_stop_ids": "stop token ids per request the device checks",
     "rl.engine.seed": "seeds requests that bring none",
     # rl.trainer
-    "rl.trainer.temperature": "logits / temperature in the trainer's log-probs (match the "
-                              "sampler's to train on the distribution sampled from)",
+    "rl.trainer.temperature": "logits / temperature in the trainer's log-probs; unset: "
+                              "`rl.sampling.temperature` (1 when greedy), the distribution "
+                              "sampled from; another value is refused",
     "rl.trainer.logprob_chunk": "sequence chunk of the vocabulary projection (memory)",
     "rl.trainer.logprob_keep_bytes": "keep a micro-batch's fp32 logits for the backward pass "
                                      "up to this many bytes (else recomputed; 0: always)",

@@ -75,6 +75,7 @@ from agentrl_jax.pipeline.trainer_driver import (
     OnWeights,
     TrainerDriver,
     onto_each,
+    trainer_config,
 )
 from agentrl_jax.rl.train_step import TrainState
 from agentrl_jax.sampling import weights as weights_lib
@@ -134,6 +135,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                          f"{config.mesh.weight_transfer!r}")
     if config.rl.pipeline.mode != "async" and config.rl.pipeline.mode != "sync":
         raise ValueError(f"rl.pipeline.mode must be async or sync, not {config.rl.pipeline.mode}")
+    trainer_config(config.rl)   # a trainer temperature apart from the sampler's
 
 
 def log_dir_of(config: ml_collections.ConfigDict) -> pathlib.Path:

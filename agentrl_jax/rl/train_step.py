@@ -61,7 +61,10 @@ def default_config() -> ml_collections.ConfigDict:
         dict(
             loss=losses.default_config(),
             optimizer=optimizer_lib.default_config(),
-            temperature=1.0,  # logits / temperature, as the sampler (AgentRL: 0.8)
+            # Log-probs of softmax(logits / temperature), the distribution the sampler drew
+            # from. Unset: the RL stage's `sampling.temperature` (`trainer_driver.
+            # trainer_config`); 1.0 for a trainer used on its own.
+            temperature=ml_collections.config_dict.placeholder(float),
             logprob_chunk=256,  # sequence chunk of the vocabulary projection
             # keep a micro-batch's fp32 logits for the backward pass up to this many bytes
             # (skips recomputing the vocabulary projection); past it they are recomputed
@@ -148,6 +151,7 @@ class Trainer:
     ):
         self.config = config
         self.mesh = mesh
+        self.temperature = 1.0 if config.temperature is None else float(config.temperature)
         # Incremented at trace time, recompilation counters: of the gradient program every
         # step runs once (its first micro-batch), and of the one adding further micro-batches.
         self.num_traces = 0
@@ -296,7 +300,7 @@ class Trainer:
         return token_logprobs(
             model, jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
             jnp.asarray(batch.segment_ids), jnp.asarray(batch.targets),
-            temperature=self.config.temperature, chunk_size=self.config.logprob_chunk,
+            temperature=self.temperature, chunk_size=self.config.logprob_chunk,
             remat=self.config.remat, entropy_grad=bool(self.config.loss.entropy_coef),
             keep_logits_bytes=self.config.logprob_keep_bytes, at=at,
         )

@@ -86,9 +86,9 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
     c.rl.pipeline.max_groups_per_step = None  # take every complete group
 
     # Sampling (`rl.sampling`) and the episode limits (`rl.limits`, `EpisodeLimits`) are
-    # rl_stage's defaults, which are AgentRL's.
+    # rl_stage's defaults, which are AgentRL's; the trainer's log-probs take the sampling
+    # temperature (`trainer_driver.trainer_config`).
 
-    c.rl.trainer.temperature = 0.8  # log-probs of the same distribution the sampler drew from
     c.rl.trainer.optimizer.update(learning_rate=1e-6, schedule="constant", warmup_steps=0,
                                   weight_decay=0.0, max_grad_norm=1.0)
     c.rl.trainer.loss.update(clip_eps_low=0.2, clip_eps_high=0.2, dual_clip_c=3.0,

@@ -10,7 +10,7 @@ import pytest
 
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.dataclass_config import dataclass_from
-from agentrl_jax.pipeline import pod_layout
+from agentrl_jax.pipeline import pod_layout, trainer_driver
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rollout.agent_loop import EpisodeLimits
 from agentrl_jax.sampling import EngineConfig, SamplingParams
@@ -48,7 +48,7 @@ def test_model_configs_hold_the_papers_settings(model):
     assert p.max_groups_per_step is None  # every complete group, as AgentRL
     assert not p.dynamic_sampling and not p.curriculum.enabled  # not in the paper
     assert (p.stale_policy_ratio, p.stale_every) == (0.25, 25)
-    assert c.rl.sampling.temperature == c.rl.trainer.temperature == 0.8
+    assert c.rl.sampling.temperature == trainer_driver.trainer_config(c.rl).temperature == 0.8
     assert dict(c.rl.limits) == dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024)
     assert c.rl.advantages.incomplete_penalty == -0.2 and c.rl.advantages.task_adv_norm
     assert not c.rl.advantages.penalty_needs_reward   # the penalty on every group, as AgentRL
@@ -102,6 +102,10 @@ def test_launcher_checks_say_what_to_set():
     c = runnable(load("qwen25_3b.py"))
     c.model.shrink_layers = 4   # needs launch.local's demonstrations
     with pytest.raises(ValueError, match="shrink"):
+        tpu_pod.check_config(c)
+    c = runnable(load("qwen25_3b.py"))
+    c.rl.trainer.temperature = 1.0   # the sampler draws at 0.8
+    with pytest.raises(ValueError, match="trainer.temperature"):
         tpu_pod.check_config(c)
     c = runnable(load("qwen25_3b.py"))
     c.mesh.sampler_devices = 8  # leaves process 0 nothing to train on

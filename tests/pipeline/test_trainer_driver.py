@@ -3,10 +3,17 @@ and device to device onto another mesh. (Several processes: tests/launch/test_tp
 
 import jax
 import numpy as np
+import pytest
+from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from agentrl_jax.experiment import rl_stage
+from agentrl_jax.models.config import ModelConfig
+from agentrl_jax.models.decoder import Decoder
+from agentrl_jax.models.logprobs import token_logprobs
 from agentrl_jax.parallel.mesh import make_mesh
 from agentrl_jax.pipeline import trainer_driver, weight_sync
+from agentrl_jax.rl import batch as batch_lib
 
 
 def sharded_tree(mesh):
@@ -81,3 +88,44 @@ def test_one_gather_places_a_copy_on_each_replica():
             np.testing.assert_array_equal(np.asarray(layer), tree["stacked"][i])
         assert mine["embed"].sharding == targets[index]["embed"]
         np.testing.assert_array_equal(np.asarray(mine["embed"]), tree["embed"])
+
+
+def rl_config(sampling_temperature: float, trainer_temperature: float | None = None):
+    c = rl_stage.default_config()
+    c.sampling.temperature = sampling_temperature
+    c.trainer.temperature = trainer_temperature
+    c.trainer.seq_buckets = (16,)
+    c.trainer.tokens_per_micro = 32
+    return c
+
+
+def test_the_rl_trainer_scores_tokens_at_the_sampling_temperature(tmp_path):
+    """The RL set-up builds a trainer whose log-probs are those of the distribution the sampler
+    drew from (softmax(logits / 0.8) here), so ratios to the behaviour log-probs start at 1."""
+    model = Decoder(ModelConfig.tiny(), rngs=nnx.Rngs(0))
+    c = rl_config(0.8)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, model.cfg.vocab_size, 12)
+    traj = batch_lib.Trajectory(tokens=tokens, loss_mask=np.ones(12), advantage=1.0,
+                                behaviour_logprobs=np.zeros(12))
+    (micro,), _ = batch_lib.pack([traj], c.trainer.seq_buckets, c.trainer.tokens_per_micro, 1)
+    mesh = make_mesh(devices=jax.devices()[:1])
+    with trainer_driver.open_training(c, model=model, trainer_mesh=mesh,
+                                      checkpoint_dir=tmp_path) as training:
+        logp, _ = training.trainer.logprobs(training.state.params, micro)
+    expected, _ = token_logprobs(model, micro.tokens, micro.positions, micro.segment_ids,
+                                 micro.targets, temperature=0.8)
+    at_one, _ = token_logprobs(model, micro.tokens, micro.positions, micro.segment_ids,
+                               micro.targets, temperature=1.0)
+    real = np.asarray(micro.segment_ids) > 0
+    np.testing.assert_allclose(np.asarray(logp)[real], np.asarray(expected)[real], atol=1e-5)
+    assert np.abs(np.asarray(at_one)[real] - np.asarray(expected)[real]).max() > 1e-3
+    assert c.trainer.temperature is None   # the caller's config is left as it was
+
+
+def test_trainer_temperature_follows_the_sampler_or_is_refused():
+    assert trainer_driver.trainer_config(rl_config(0.8)).temperature == 0.8
+    assert trainer_driver.trainer_config(rl_config(0.0)).temperature == 1.0   # greedy: T = 1
+    assert trainer_driver.trainer_config(rl_config(0.8, 0.8)).temperature == 0.8
+    with pytest.raises(ValueError, match="differs from the sampler's"):
+        trainer_driver.trainer_config(rl_config(0.8, 1.0))
