@@ -48,6 +48,9 @@ def get_config(mode: str = "") -> object:
     # bf16 products (fp32 master weights): 7 of 40 validation episodes against fp32's 6, in
     # 34 min against 81 (docs/warm_start.md, docs/performance.md).
     c.sft.compute_dtype = "bfloat16"
+    # The RL step in bf16 too: its log-probs stay within 6e-4 (KL) of the fp32 sampler's
+    # (benchmarks/precision_gap.py; 5e-4 in the RL steps of docs/warm_start.md, session 31).
+    c.rl.trainer.compute_dtype = "bfloat16"
     c.rl.trainer.optimizer.learning_rate = 1e-6 * 5
     if not mode:
         c.demos.per_task = 20
@@ -68,7 +71,6 @@ def get_config(mode: str = "") -> object:
         c.sft.seq_buckets = c.rl.trainer.seq_buckets = (4096,)
         c.sft.tokens_per_step = c.sft.tokens_per_micro = 16384
         c.rl.trainer.tokens_per_micro = 32768
-        c.rl.trainer.compute_dtype = "bfloat16"
         c.rl.pipeline.update(steps=8, groups_per_step=6, group_size=4, rollout_workers=16)
         c.rl.engine.update(max_batch=64, num_pages=16384, max_context=4096,
                            prefill_buckets=(512,), prefill_batch_buckets=(8,),
