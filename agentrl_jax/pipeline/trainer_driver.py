@@ -118,8 +118,7 @@ def trainer_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     (`config.sampling.temperature`; a greedy sampler, T = 0, records them at 1), so the trainer
     computes log π_θ at the same T and a ratio π_θ / π_behav starts at 1. An unset
     `trainer.temperature` takes T; one set to anything else is refused, since every ratio would
-    then be off before any update (T = 1 against 0.8 on SmolLM2: ratios up to 9.5 and 3% of
-    tokens clipped on the policy's own samples).
+    then be off before any update, on the policy's own samples.
     """
     sampling = config.get("sampling")
     if sampling is None:
