@@ -58,6 +58,7 @@ from agentrl_jax.evaluation.transcripts import TranscriptLog
 from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.pipeline.trainer_driver import trainer_config
 from agentrl_jax.sft import copy_stage, copy_swap
 from agentrl_jax.sft import demos as demos_lib
 from agentrl_jax.sft import stage as sft_stage
@@ -433,6 +434,7 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
 
 def run_job(config: ml_collections.ConfigDict) -> pathlib.Path:
     """Runs (or resumes) every stage; returns the run directory."""
+    trainer_config(config.rl)   # a trainer temperature apart from the sampler's, before any stage
     run = RunDir(config.run_dir)
     run.check_config(config)
     metrics = MetricsLog(run.path)
