@@ -8,16 +8,26 @@ the first compiles and writes, the second loads. Also a third child with the cac
 writing's own cost shows. Writes benchmarks/results/compile_cache.json with each child's
 seconds and `warm_vs_cold` (target ≤ 0.6 of the issue, for a whole run).
 
+`--tests` times the test session the same way instead (the README's `pytest -q`, or the paths
+given), off, then cold and warm over one empty cache folder, into `compile_cache_tests.json`:
+the issue asks that the suite be no slower with the cache than without and faster the second
+time. The whole suite takes ~15 min a pass here, so three passes ~45 min.
+
     python -m benchmarks.compile_cache
+    python -m benchmarks.compile_cache --tests               # the whole default suite
+    python -m benchmarks.compile_cache --tests tests/sampling
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 
 from benchmarks.machine_info import write_result
 
@@ -51,16 +61,69 @@ print(json.dumps({"import_s": imported - started, "sampler_s": sampled - importe
 """
 
 
-def _child(cache: str) -> dict[str, float]:
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(cache: str) -> dict[str, str]:
+    """This environment with the compilation cache at `cache` ("0": off), nothing inherited."""
     env = {**os.environ, "AGENTRL_JAX_COMPILE_CACHE": cache}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, check=True, text=True,
-                         capture_output=True, cwd=os.path.dirname(os.path.dirname(
-                             os.path.abspath(__file__)))).stdout
+    return env
+
+
+def _child(cache: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=_env(cache), check=True, text=True,
+                         capture_output=True, cwd=_REPO).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
+def outcome_counts(summary: str) -> dict[str, int]:
+    """pytest's last line ("3 failed, 1100 passed, 4 skipped in 846.80s") as counts."""
+    return {word: int(number) for number, word in re.findall(r"(\d+) (\w+)", summary)
+            if word in ("passed", "failed", "skipped", "errors", "error")}
+
+
+def _test_session(cache: str, paths: list[str]) -> dict[str, float | int]:
+    """Seconds of one `pytest -q` over `paths` with the cache at `cache`, and its outcome."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+                          env=_env(cache), text=True, capture_output=True, cwd=_REPO)
+    seconds = time.perf_counter() - started
+    lines = done.stdout.strip().splitlines()
+    print(f"  cache {'off' if cache == '0' else cache}: {seconds:.0f} s, "
+          f"{lines[-1] if lines else done.returncode}", flush=True)
+    return {"s": seconds, **outcome_counts(lines[-1] if lines else "")}
+
+
+def tests_main(paths: list[str]) -> None:
+    """Times the test session off, cold and warm; writes compile_cache_tests.json."""
+    print(f"pytest -q {' '.join(paths) or '(the whole default suite)'}:", flush=True)
+    runs = {"off": _test_session("0", paths)}
+    with tempfile.TemporaryDirectory(prefix="compile-cache-tests-") as folder:
+        runs["cold"] = _test_session(folder, paths)
+        runs["warm"] = _test_session(folder, paths)
+        entries = sum(len(files) for _, _, files in os.walk(folder))
+    figures: dict[str, object] = {"paths": " ".join(paths) or "(default suite)",
+                                  "cache_files": entries}
+    for name, run in runs.items():
+        figures.update({f"{name}_{key}": round(value, 1) if key == "s" else value
+                        for key, value in run.items()})
+    figures["cold_vs_off"] = round(runs["cold"]["s"] / runs["off"]["s"], 3)
+    figures["warm_vs_cold"] = round(runs["warm"]["s"] / runs["cold"]["s"], 3)
+    figures["warm_vs_off"] = round(runs["warm"]["s"] / runs["off"]["s"], 3)
+    print(f"cold / off = {figures['cold_vs_off']}, warm / cold = {figures['warm_vs_cold']}, "
+          f"warm / off = {figures['warm_vs_off']}")
+    write_result("compile_cache_tests", figures)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", nargs="*", metavar="PATH",
+                        help="time the test session (on PATHs, or the whole default suite)")
+    args = parser.parse_args()
+    if args.tests is not None:
+        tests_main(args.tests)
+        return
     with tempfile.TemporaryDirectory(prefix="compile-cache-bench-") as folder:
         off = _child("0")
         cold = _child(folder)
