@@ -11,7 +11,7 @@ seconds and `warm_vs_cold` (target ≤ 0.6 of the issue, for a whole run).
 `--tests` times the test session the same way instead (the README's `pytest -q`, or the paths
 given), off, then cold and warm over one empty cache folder, into `compile_cache_tests.json`:
 the issue asks that the suite be no slower with the cache than without and faster the second
-time. The whole suite takes ~15 min a pass here, so three passes ~45 min.
+time. Three passes of the whole suite take about an hour on a 2-core CPU.
 
     python -m benchmarks.compile_cache
     python -m benchmarks.compile_cache --tests               # the whole default suite
