@@ -6,6 +6,11 @@
     the example, then `finish_action`;
   * match problems: run the example if one is given (to show the work), then `answer_action`
     with the expected answer.
+
+The example runs as the oracle's call without its comment lines (`without_comments`). The
+oracle's episodes are the warm start's demonstrations, and AgentBench's examples open with
+prose such as "# Example solution script: count the relevant files": a policy that imitates
+them writes sentences inside a JSON string, with quotes and backticks, and loses the call.
 """
 
 from __future__ import annotations
@@ -23,6 +28,19 @@ def output_of(message: dict[str, Any]) -> str:
     return content[len(_OUTPUT_PREFIX):] if content.startswith(_OUTPUT_PREFIX) else ""
 
 
+def without_comments(script: str) -> str:
+    """`script` less its whole-line comments (a shebang too) and blank lines.
+
+    The same program for bash. A script with a here-document is returned as it is, since a line
+    that starts with `#` there is data; so is one that would be left empty.
+    """
+    if "<<" in script:
+        return script
+    kept = [line for line in script.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    return "\n".join(kept) if kept else script
+
+
 class Oracle:
     def __init__(self, task: OSTask):
         self.task = task
@@ -32,7 +50,7 @@ class Oracle:
         example = problem.example[1] if problem.example else problem.example_code
         ran = any(m.get("role") == "assistant" for m in history)
         if example and not ran:
-            return tool_call_message("bash_action", {"script": example},
+            return tool_call_message("bash_action", {"script": without_comments(example)},
                                      "Let me run a command to work this out.")
         if problem.match is not None:
             answer = problem.match.get("answer", "")
