@@ -31,8 +31,10 @@ def output_of(message: dict[str, Any]) -> str:
 def without_comments(script: str) -> str:
     """`script` less its whole-line comments (a shebang too) and blank lines.
 
-    The same program for bash. A script with a here-document is returned as it is, since a line
-    that starts with `#` there is data; so is one that would be left empty.
+    The same program for bash, unless a multi-line string holds such a line. A script with a
+    here-document is returned as it is, since a line that starts with `#` there is data; so is
+    one that would be left empty. The slow reference sweep (tests/environments/os_interaction/
+    test_os_references.py) plays every problem's oracle through its checks.
     """
     if "<<" in script:
         return script
