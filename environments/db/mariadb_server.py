@@ -12,18 +12,17 @@ The worker connects as `dbbench_admin`, an account that can only create and drop
 stop their queries (`CONNECTION ADMIN`) and see their tablespaces' sizes (`PROCESS`). It has no
 FILE privilege and no rights on other databases; `root@localhost` keeps socket authentication,
 i.e. only the OS root may use it.
-Each episode gets its own user and database (see `backends.MySQLDatabase`).
+Each episode gets its own user and database (see `mysql_database.MySQLDatabase`).
 
 Hardening flags: `--local-infile=0` (no `LOAD DATA LOCAL`), `--secure-file-priv` pointing at an
 empty directory (no server-side file import or export even with FILE), and
 `--enforce-storage-engine=InnoDB` (no `ENGINE=MEMORY` tables sized by a session variable the
-agent may raise). Disk: each episode's tables are bounded by the worker (it watches their
-tablespaces, `backends.MySQLDatabase`, hence PROCESS for its account); what the server writes
-besides them is bounded here: one statement's internal on-disk temporary table by
-`TMP_DISK_TABLE_BYTES` (also the most a session may raise `tmp_disk_table_size` to, through
-`--maximum-`), all sessions' `CREATE TEMPORARY TABLE`s together by a capped temporary
-tablespace (`TEMP_TABLESPACE_MAX`), both under ROOT (`--tmpdir`), so a size-limited filesystem
-at ROOT bounds the server as a whole.
+agent may raise; every table transactional). Disk: each episode's tables are bounded by the
+worker (`mysql_database`, hence PROCESS for its account); what the server writes besides them is
+bounded here: one statement's internal on-disk temporary table by `TMP_DISK_TABLE_BYTES` (also
+the most a session may raise `tmp_disk_table_size` to, through `--maximum-`), and the temporary
+tablespace by `TEMP_TABLESPACE_MAX` (episodes may not create temporary tables; the cap is a
+second wall), both under ROOT (`--tmpdir`).
 """
 
 from __future__ import annotations

@@ -6,17 +6,21 @@ files with `LOAD_FILE` and write some with `INTO OUTFILE`. Instead, the worker's
 rights on that database alone: no FILE, no GRANT, no rights on any other database, at most two
 connections. `SHOW DATABASES` then lists only the episode's own.
 
+The user reads and changes rows, drops or empties tables and makes views; it cannot create,
+alter or index tables, nor make temporary ones. Every statement that can grow the episode's
+files is then a transaction the worker can roll back, which is how it keeps the database under
+its size limit (`mysql_database`); the worker creates the task's tables itself.
+
 MariaDB also gets the user resource limit `MAX_STATEMENT_TIME`; a session may lower or lift its
 own `max_statement_time`, so the guarantee is the worker's: past the statement timeout it kills
-the query from its own account (`backends.MySQLDatabase.execute`).
+the query from its own account (`mysql_database.MySQLDatabase.execute`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-EPISODE_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, "
-                      "CREATE TEMPORARY TABLES, CREATE VIEW, SHOW VIEW")
+EPISODE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE, DROP, CREATE VIEW, SHOW VIEW"
 MAX_CONNECTIONS = 2
 
 

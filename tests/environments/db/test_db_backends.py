@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from environments.db.backends import SQLiteDatabase, mysql_params
+from environments.db.backends import SQLiteDatabase
+from environments.db.mysql_database import mysql_params
 
 ENTRY = {"table": {"table_name": "Team Stats", "table_info": {
     "columns": [{"name": "Team", "type": "TEXT"}, {"name": "Wins", "type": "INT"}],

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.db.backends import MySQLDatabase
 from environments.db.data import load_split
 from environments.db.grading import md5_from_result
 from environments.db.mariadb_server import INSTALL_DB, SERVER, MariaDBServer
+from environments.db.mysql_database import MySQLDatabase
 from environments.db.oracle import Oracle
 from environments.oracle import play_all, play_one, running_worker, tool_call_message
 
