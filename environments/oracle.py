@@ -1,6 +1,7 @@
 """Plays a task's deterministic oracle through a real task worker and reports its success rate.
 
     python -m environments.oracle --task db --split test [--limit N] [--export demos.jsonl]
+                                  [--demonstrator]
 
 Starts `python -m environments.worker --task NAME --param split=SPLIT --port 0` as a subprocess,
 plays `environments.<NAME>.oracle.Oracle` on every index of the split over the worker's HTTP API
@@ -23,6 +24,14 @@ The oracle contract (every task package has `oracle.py`):
         def next_message(self, index, history) -> dict:   # next assistant message, deterministic
 
 where `history` is every message of the episode so far, environment and assistant alike.
+
+Demonstrations. The warm start imitates the episodes of each task's *demonstrator*
+(`agentrl_jax/experiment/demonstrations.py` runs this module with `--demonstrator`): the
+`Oracle`, unless the task's `oracle.py` also defines a class `Demonstrator` with the same
+contract; then that one plays (`load_demonstrator`). A task uses it when what the warm start
+should teach differs from what proves the task solvable, e.g. tic-tac-toe's demonstrator picks
+uniformly among legal moves (the format of a move, no strategy) while its oracle is minimax.
+With `--demonstrator` the results go to `benchmarks/results/demonstrator_NAME.json`.
 """
 
 from __future__ import annotations
@@ -321,9 +330,20 @@ def export_episodes(records: list[EpisodeRecord], task_name: str, path: Path) ->
                                 "tools": r.tools, "reward": r.reward}) + "\n")
 
 
+def _players(task_name: str) -> Any:
+    return importlib.import_module(f"environments.{task_name.replace('-', '_')}.oracle")
+
+
 def load_oracle(task_name: str, task: Any) -> Any:
-    module = importlib.import_module(f"environments.{task_name.replace('-', '_')}.oracle")
-    return module.Oracle(task)
+    """The task's `Oracle` (the deterministic solver that proves it solvable) for `task`."""
+    return _players(task_name).Oracle(task)
+
+
+def load_demonstrator(task_name: str, task: Any) -> Any:
+    """The player whose episodes are the warm start's demonstrations: the task's
+    `Demonstrator` where its oracle.py defines one, else its `Oracle`."""
+    module = _players(task_name)
+    return getattr(module, "Demonstrator", module.Oracle)(task)
 
 
 # --------------------------------------------------------------------------- command line
@@ -343,8 +363,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="extra task constructor argument (as for the worker)")
     parser.add_argument("--export", type=Path, default=None,
                         help="write the episodes as OpenAI-format message lists (JSONL)")
+    parser.add_argument("--demonstrator", action="store_true",
+                        help="play the task's demonstrator (its `Demonstrator`, where oracle.py "
+                             "defines one, else its `Oracle`): the warm start's player")
     parser.add_argument("--output", type=Path, default=None,
-                        help="results JSON (default benchmarks/results/oracle_TASK.json)")
+                        help="results JSON (default benchmarks/results/oracle_TASK.json, or "
+                             "demonstrator_TASK.json with --demonstrator)")
     parser.add_argument("--worker-log", type=Path, default=None,
                         help="file for the worker's stderr")
     return parser.parse_args(argv)
@@ -354,7 +378,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     params = {**task_params(args.param), "split": args.split}
     task = load_task(args.task, **params)
-    oracle = load_oracle(args.task, task)
+    player = "demonstrator" if args.demonstrator else "oracle"
+    oracle = (load_demonstrator if args.demonstrator else load_oracle)(args.task, task)
     started = time.monotonic()
     with running_worker(args.task, params, concurrency=max(args.concurrency, 1),
                         log_path=args.worker_log) as api:
@@ -363,7 +388,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             indices = indices[:args.limit]
         if args.spread is not None:
             indices = protocol.demo_indices(indices, args.spread)
-        print(f"{task.name}: playing the oracle on {len(indices)} episodes", file=sys.stderr)
+        print(f"{task.name}: playing the {player} on {len(indices)} episodes", file=sys.stderr)
         records = asyncio.run(play_all(api, oracle, indices, args.concurrency))
     summary = summarize(args.task, args.split, records)
     summary["seconds"] = round(time.monotonic() - started, 1)
@@ -371,10 +396,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         summary["limit"] = args.limit
     if args.spread is not None:
         summary["spread"] = args.spread
-    write_results(summary, args.output or RESULTS_DIR / f"oracle_{args.task}.json")
+    if args.demonstrator:
+        summary["player"] = player
+    write_results(summary, args.output or RESULTS_DIR / f"{player}_{args.task}.json")
     if args.export:
         export_episodes(records, task.name, args.export)
-    print(f"{task.name}: oracle success {summary['oracle_success']:.4f} "
+    print(f"{task.name}: {player} success {summary['oracle_success']:.4f} "
           f"({summary['successes']}/{summary['episodes']})")
     for failure in summary["failures"][:20]:
         print(f"  failed {failure['index']}: {failure['reason']}"[:300])

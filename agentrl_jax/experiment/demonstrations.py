@@ -1,11 +1,12 @@
 """Oracle demonstrations for the supervised warm start, played once and cached.
 
-Each task's oracle (`environments/<task>/oracle.py`) is played on `limit` indices spread evenly
+Each task's demonstrator (`environments/<task>/oracle.py`: its `Oracle`, or its `Demonstrator`
+where it defines one, see `environments/oracle.py`) is played on `limit` indices spread evenly
 over a split (`evaluation.protocol.demo_indices`: a split's front is often one kind of problem)
-through a real task worker, by `python -m environments.oracle --export` in a subprocess,
-and the episodes are kept as JSONL under the cache (`cache_dirs.cache_root()/demos`). A file is
-written under a temporary name and renamed when complete, so a killed run never leaves a partial
-cache behind; a later run (or another run directory) reuses it.
+through a real task worker, by `python -m environments.oracle --demonstrator --export` in a
+subprocess, and the episodes are kept as JSONL under the cache (`cache_dirs.cache_root()/demos`).
+A file is written under a temporary name and renamed when complete, so a killed run never leaves
+a partial cache behind; a later run (or another run directory) reuses it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def demo_path(task: str, split: str, limit: int) -> pathlib.Path:
 
 def oracle_demos(task: str, split: str = "train", limit: int = 100,
                  log_dir: pathlib.Path | None = None) -> pathlib.Path:
-    """The path of `limit` oracle episodes of `task` (playing them if not cached)."""
+    """The path of `limit` demonstrator episodes of `task` (playing them if not cached)."""
     path = demo_path(task, split, limit)
     if path.exists():
         return path
@@ -43,7 +44,8 @@ def oracle_demos(task: str, split: str = "train", limit: int = 100,
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     summary = partial.with_suffix(".json")
     argv = [sys.executable, "-m", "environments.oracle", "--task", task, "--split", split,
-            "--spread", str(limit), "--export", str(partial), "--output", str(summary)]
+            "--spread", str(limit), "--demonstrator", "--export", str(partial),
+            "--output", str(summary)]
     log = (open(log_dir / f"oracle_{task}.log", "w") if log_dir
            else contextlib.nullcontext(subprocess.DEVNULL))
     with log as stdout, stage_clock.span("env_wait"):

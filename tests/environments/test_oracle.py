@@ -92,3 +92,14 @@ def test_tool_call_arguments_keep_names_as_the_context_writes_them():
     assert raw == '{"variable": "Chhindwāra"}' and json.loads(raw) == {"variable": "Chhindwāra"}
     assert '"arguments": {"variable": "Chhindwāra"}' in assistant_text(message)
     assert "\\u" not in assistant_text(message)
+
+
+def test_the_demonstrator_is_the_oracle_unless_the_task_defines_one():
+    """The warm start's demonstrations play `load_demonstrator`: a task's `Demonstrator` where its
+    oracle.py defines one (tic-tac-toe's uniform player), else its `Oracle`, as before."""
+    from environments.kg.oracle import Oracle as KnowledgeGraphOracle
+    from environments.tictactoe.oracle import Demonstrator
+
+    assert type(oracle.load_demonstrator("kg", None)) is KnowledgeGraphOracle
+    assert type(oracle.load_oracle("kg", None)) is KnowledgeGraphOracle
+    assert type(oracle.load_demonstrator("tictactoe", None)) is Demonstrator
