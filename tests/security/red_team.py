@@ -6,6 +6,7 @@ what it sends: bodies are written byte for byte where the attack needs it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import json
 import os
@@ -63,6 +64,29 @@ def tool_reply(env_out: dict[str, Any]) -> str:
 
 def current_sessions(api: str) -> int:
     return httpx.get(f"{api}/worker_status", timeout=30).json()["current"]
+
+
+def sql(api: str, session_id: int, query: str) -> str:
+    """The DB worker's reply to one `execute_sql` call."""
+    return tool_reply(interact(api, session_id, call("execute_sql", {"query": query})))
+
+
+def assert_endless_queries_starve_no_one(api: str, endless: str, hogs: int = 8) -> None:
+    """`hogs` DB episodes each run `endless`, a query only the statement timeout would stop
+    (more of them than the shared default thread pool of a small machine has threads); another
+    episode's `SELECT 1` is answered while all still run, and ending them ends their queries."""
+    sessions = [start(api)[0] for _ in range(hogs)]
+    with concurrent.futures.ThreadPoolExecutor(hogs) as pool:
+        running = [pool.submit(sql, api, hog, endless) for hog in sessions]
+        victim, _ = start(api)
+        assert sql(api, victim, "SELECT 1") == "[(1,)]"
+        assert not any(future.done() for future in running)
+        for hog in sessions:
+            cancel(api, hog)
+        for future in running:
+            future.result()   # each interact is answered once its episode ended
+    assert sql(api, victim, "SELECT 3") == "[(3,)]"
+    cancel(api, victim)
 
 
 def processes_with(*words: str) -> dict[int, str]:

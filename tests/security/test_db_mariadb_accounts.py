@@ -6,7 +6,6 @@ Skips when the MariaDB server binaries are not installed (`apt-get install maria
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import shutil
 import tempfile
@@ -16,7 +15,7 @@ import pytest
 
 from environments.db.mariadb_server import ADMIN_USER, INSTALL_DB, SERVER, MariaDBServer
 from environments.oracle import running_worker
-from tests.security.red_team import call, cancel, interact, start, tool_reply
+from tests.security.red_team import assert_endless_queries_starve_no_one, cancel, sql, start
 
 pytest.importorskip("pymysql", reason="the MySQL backend needs PyMySQL")
 pytestmark = pytest.mark.skipif(not (SERVER and INSTALL_DB),
@@ -39,10 +38,6 @@ def worker(server) -> Iterator[str]:
     with running_worker("db", {"split": "test", "backend": server.admin_url,
                                "statement_timeout_s": STATEMENT_TIMEOUT_S}) as api:
         yield api
-
-
-def sql(api: str, session_id: int, query: str) -> str:
-    return tool_reply(interact(api, session_id, call("execute_sql", {"query": query})))
 
 
 def test_the_server_does_not_run_as_root(server):
@@ -269,20 +264,7 @@ def test_one_episode_at_its_limit_leaves_another_writing(small_worker, server):
 
 
 def test_endless_queries_of_some_episodes_do_not_starve_another(small_worker):
-    """Eight episodes run queries that only the 60 s statement timeout would stop; a ninth
-    episode is answered while all eight still run, and ending them ends their queries."""
-    hogs = [start(small_worker)[0] for _ in range(8)]
-    with concurrent.futures.ThreadPoolExecutor(len(hogs)) as pool:
-        running = [pool.submit(sql, small_worker, hog, "SELECT SLEEP(600)") for hog in hogs]
-        victim, _ = start(small_worker)
-        assert sql(small_worker, victim, "SELECT 1") == "[(1,)]"
-        assert not any(future.done() for future in running)
-        for hog in hogs:
-            cancel(small_worker, hog)
-        for future in running:
-            future.result()   # each interact is answered once its episode ended
-    assert sql(small_worker, victim, "SELECT 3") == "[(3,)]"
-    cancel(small_worker, victim)
+    assert_endless_queries_starve_no_one(small_worker, "SELECT SLEEP(600)")
 
 
 def test_a_session_cannot_raise_its_temporary_table_size(worker):

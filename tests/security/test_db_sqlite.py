@@ -14,13 +14,15 @@ import pytest
 
 from environments.db.backends import SQLiteDatabase
 from environments.oracle import running_worker
-from tests.security.red_team import call, cancel, current_sessions, interact, start, tool_reply
+from tests.security.red_team import (
+    assert_endless_queries_starve_no_one,
+    cancel,
+    current_sessions,
+    sql,
+    start,
+)
 
 ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
-
-
-def sql(api: str, session_id: int, query: str) -> str:
-    return tool_reply(interact(api, session_id, call("execute_sql", {"query": query})))
 
 
 @pytest.fixture(scope="module")
@@ -115,21 +117,7 @@ def test_a_runaway_statement_stops_at_its_deadline_while_others_are_served():
 
 
 def test_endless_queries_of_some_sessions_do_not_starve_another(db_worker):
-    """Eight sessions each run a query that only the 60 s statement timeout would stop (more
-    than the shared default thread pool of a small machine has threads); a ninth session's
-    `SELECT 1` is answered while all eight are still running."""
-    hogs = [start(db_worker)[0] for _ in range(8)]
-    with concurrent.futures.ThreadPoolExecutor(len(hogs)) as pool:
-        running = [pool.submit(sql, db_worker, hog, ENDLESS) for hog in hogs]
-        victim, _ = start(db_worker)
-        assert sql(db_worker, victim, "SELECT 1") == "[(1,)]"
-        assert not any(future.done() for future in running)
-        for hog in hogs:
-            cancel(db_worker, hog)
-        for future in running:
-            future.result()   # each interact is answered once its session ended
-    assert sql(db_worker, victim, "SELECT 3") == "[(3,)]"
-    cancel(db_worker, victim)
+    assert_endless_queries_starve_no_one(db_worker, ENDLESS)
     assert current_sessions(db_worker) == 0
 
 
