@@ -73,7 +73,7 @@ def get_config(mode: str = "") -> ml_collections.ConfigDict:
     # The incomplete-episode penalty only in groups that earned a reward: with it everywhere,
     # 5 RL steps from this warm start took DB's validation episodes from 55% to 80% answered
     # (all wrongly, in 4.2 turns against 5.3); gated, a trivially wrong answer no longer beats
-    # an attempt that runs out of turns (docs/warm_start.md, issue #29).
+    # an attempt that runs out of turns (docs/warm_start.md).
     c.rl.advantages.penalty_needs_reward = True
     c.rl.trainer.optimizer.update(learning_rate=3e-4, max_grad_norm=1.0)
     c.rl.trainer.seq_buckets = (512, 1024, 2048, 4096)

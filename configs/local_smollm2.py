@@ -49,7 +49,7 @@ def get_config(mode: str = "") -> object:
     # 34 min against 81 (docs/warm_start.md, docs/performance.md).
     c.sft.compute_dtype = "bfloat16"
     # The RL step in bf16 too: its log-probs stay within 6e-4 (KL) of the fp32 sampler's
-    # (benchmarks/precision_gap.py; 5e-4 in the RL steps of docs/warm_start.md, session 31).
+    # (benchmarks/precision_gap.py; 5e-4 in the RL steps of docs/warm_start.md).
     c.rl.trainer.compute_dtype = "bfloat16"
     c.rl.trainer.optimizer.learning_rate = 1e-6 * 5
     if not mode:
