@@ -164,6 +164,7 @@ def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) 
         "sft": {k: v for k, v in config.sft.to_dict().items()
                 if k != "cache_dir" and v is not None},
         "demos": [p.name for p in demo_paths], "max_tokens": config.demos.max_tokens,
+        "texts": demos_lib.TEXTS_FORMAT,
     }, sort_keys=True, default=str)
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 

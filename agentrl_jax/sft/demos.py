@@ -20,10 +20,13 @@ from typing import Any
 import numpy as np
 
 from agentrl_jax.chat.conversation import Conversation
-from agentrl_jax.chat.templates import hermes_tool_call_text
+from agentrl_jax.chat.templates import hermes_tool_call_text, hermes_tools_block
 from agentrl_jax.rl.batch import Trajectory
 
 Demo = dict[str, Any]
+# The version of what `demo_texts` yields, part of the warm start's cache key: a scratch
+# tokenizer is trained on those texts, so a change to them is a different policy.
+TEXTS_FORMAT = 2
 
 
 def read_demos(paths: Iterable[str | pathlib.Path]) -> Iterator[Demo]:
@@ -87,10 +90,11 @@ def demo_trajectory(tokenizer: Any, demo: Demo, end_of_turn_ids: Sequence[int] |
 
 
 def demo_texts(demos: Iterable[Demo]) -> Iterator[str]:
-    """Every piece of text a tokenizer should learn from: tools, prompts, replies, calls."""
+    """Every piece of text a tokenizer should learn from: the tools as the prompt lists them
+    (inside the Hermes preamble, which opens every episode), prompts, replies, calls."""
     for demo in demos:
         if demo.get("tools"):
-            yield json.dumps(demo["tools"], ensure_ascii=False)
+            yield hermes_tools_block(demo["tools"])
         for message in demo["messages"]:
             yield (assistant_text(message) if message["role"] == "assistant"
                    else message.get("content") or "")

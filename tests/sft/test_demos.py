@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from agentrl_jax.chat.scratch_tokenizer import train_chat_tokenizer
+from agentrl_jax.chat.templates import hermes_tools_block
 from agentrl_jax.sft.demos import assistant_text, demo_conversation, demo_texts, demo_trajectory
 from tests.support.demos import DEMO
 
@@ -58,3 +59,13 @@ def test_malformed_demos_are_rejected(tokenizer):
     doubled = DEMO["messages"][:3] + [DEMO["messages"][4], DEMO["messages"][3]]
     with pytest.raises(ValueError, match="two assistant messages in a row"):
         demo_trajectory(tokenizer, {**DEMO, "messages": doubled})
+
+
+def test_the_tokenizer_learns_the_tool_prompt_the_policy_reads():
+    """The Hermes preamble around the tool list opens every episode; a scratch tokenizer that
+    never saw it spells it out a few letters at a time, hundreds of tokens per episode."""
+    block = hermes_tools_block(DEMO["tools"])
+    assert block in demo_texts([DEMO])
+    tokenizer = train_chat_tokenizer(list(demo_texts([DEMO])) * 20, vocab_size=1024)
+    pieces = tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(block)
+    assert len(tokenizer.encode(block, add_special_tokens=False)) == len(pieces)   # each whole
