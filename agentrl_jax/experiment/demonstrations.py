@@ -26,7 +26,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Raised whenever what the oracles export changes: the cached files' names carry it, and the
 # warm start's cache key carries their names. 2: tool-call arguments keep non-ASCII characters
 # (`Chhindwāra`, not `Chhindw\u0101ra`). 3: the OS oracle's scripts lose their comment lines.
-DEMO_FORMAT = 3
+# 4: the tic-tac-toe demonstrator notes the free cells before each move.
+DEMO_FORMAT = 4
 
 
 def demo_path(task: str, split: str, limit: int) -> pathlib.Path:

@@ -138,6 +138,13 @@ def draw_board(board: str) -> str:
     return f"\n{_RULE}\n".join(rows)
 
 
+def free_cells_note(board: str) -> str:
+    """The empty cells as a player notes them before moving, one entry per cell in order: its
+    number when empty, `-` when taken (`Free: 1 - 3 4 - - 7 8 -` for the board above)."""
+    return "Free:" + "".join(f" {cell}" if mark == EMPTY else " -"
+                             for cell, mark in zip(CELLS, board, strict=True))
+
+
 def read_board(text: str) -> str:
     """The board `draw_board` drew: the last three board rows in `text`; ValueError if none."""
     rows = _ROW.findall(text)

@@ -89,6 +89,11 @@ def test_the_board_is_drawn_with_empty_cells_numbered():
         " 7 | 8 | 9")
 
 
+def test_the_free_cells_note_lists_every_cell_in_order():
+    assert game.free_cells_note(board_of(c1="X", c5="O", c9="X")) == "Free: - 2 3 4 - 6 7 8 -"
+    assert game.free_cells_note(game.EMPTY_BOARD) == "Free: 1 2 3 4 5 6 7 8 9"
+
+
 def test_reading_the_drawn_board_gives_it_back():
     rng = random.Random(3)
     for _ in range(200):
