@@ -35,6 +35,21 @@ def env_config() -> ml_collections.ConfigDict:
 
 
 def get_config(mode: str = "") -> ml_collections.ConfigDict:
+    """The AgentBench job, then the tic-tac-toe stage (`game`, run when `game_stage`)."""
+    from configs import local_tictactoe  # it builds on agentbench_config
+
+    c = agentbench_config(mode)
+    # Tic-tac-toe, a game a small model masters, in a stage of its own after the AgentBench
+    # tasks (configs/local_tictactoe.py), under RUN_DIR/tictactoe with the same warm-start
+    # cache: its own 0.8M model with a 1k context and twenty RL steps of 128 games. Alongside
+    # the AgentBench tasks it would share their model and their ten RL steps of 16 episodes.
+    c.game_stage = True
+    c.game = local_tictactoe.game_config(agentbench_config(mode), fast=mode == "fast")
+    return c
+
+
+def agentbench_config(mode: str = "") -> ml_collections.ConfigDict:
+    """The five AgentBench-FC tasks; `mode` "fast" runs every stage in a few seconds (CI)."""
     c = ml_collections.ConfigDict()
     c.run_dir = "runs/local"
     c.seed = 0

@@ -27,7 +27,7 @@ from configs import local_default
 
 
 def get_config() -> ml_collections.ConfigDict:
-    c = local_default.get_config("fast")
+    c = local_default.agentbench_config("fast")
     c.run_dir = "runs/local_openai_agent"
     c.env.tasks = ("db",)
     c.rollouts = "openai_agent"

@@ -37,7 +37,7 @@ def get_config(mode: str = "") -> object:
         return lora_config()
     if mode not in ("", "fast", "gpu"):
         raise ValueError(f"unknown mode {mode!r} (known: fast, gpu, lora)")
-    c = local_default.get_config("fast" if mode == "fast" else "")
+    c = local_default.agentbench_config("fast" if mode == "fast" else "")
     c.run_dir = "runs/local_smollm2" + (f"_{mode}" if mode else "")
     c.model.source = "zoo"
     c.model.name = "smollm2-135m-instruct"

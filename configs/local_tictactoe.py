@@ -23,8 +23,9 @@ model's probability on legal cells at the move, teacher-forced; chance is 0.57):
   second; a context loss of 1.0 (the board cells of each reply predicted from the last board)
   took legal mass to 0.74 by step 1,000; the free-cells note, to 0.83 by step 900. A model of
   hidden size 256 was no faster per step and twice the cost.
-- RL at lr 1e-3 from the board-blind warm start collapsed to invalid moves in four steps;
-  5e-4 from this one rose from 27-36% success a step (steps 1-4) to 39-49% (steps 13-18).
+- RL at lr 1e-3 from the board-blind warm start collapsed to invalid moves in four steps; from
+  this one it swung (invalid moves 27% -> 74% of a step's games by step 5, back to 20% by step
+  8). 5e-4 rose from 27-36% success a step (steps 1-4) to 39-49% (steps 13-18).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from configs import local_default
 TASK = "tictactoe"
 
 
-def game_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """`c` set up for the game alone."""
+def game_config(c: ml_collections.ConfigDict, fast: bool = False) -> ml_collections.ConfigDict:
+    """`c` set up for the game alone; `fast`: every stage in seconds, as the main job's CI run."""
     c.env.tasks = (TASK,)
     c.demos.update(per_task=3000, max_tokens=1024)
     c.model.vocab_size = 512
@@ -64,12 +65,23 @@ def game_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.eval.per_task = 200
     c.eval.validation_per_task = 100
     c.eval.concurrency = 64
+    if fast:
+        c.demos.per_task = 8
+        c.model.scratch.update(hidden_size=64, intermediate_size=128, num_layers=2,
+                               num_heads=2, num_kv_heads=1)
+        c.rl.pipeline.update(steps=2, groups_per_step=2, group_size=2, rollout_workers=3,
+                             max_draws_per_step=4)
+        c.rl.engine.update(max_batch=8, batch_buckets=(8,), prefill_buckets=(512,),
+                           context_buckets=(1024,))
+        c.sft.seq_buckets = c.rl.trainer.seq_buckets = (1024,)
+        c.eval.per_task = 2
+        c.eval.validation_per_task = 1
     return c
 
 
 def get_config(mode: str = "") -> ml_collections.ConfigDict:
-    c = game_config(local_default.get_config())
+    if mode not in ("", "fast"):
+        raise ValueError(f"unknown mode {mode!r} (known: fast)")
+    c = game_config(local_default.agentbench_config(mode), fast=mode == "fast")
     c.run_dir = "runs/local_tictactoe" + (f"_{mode}" if mode else "")
-    if mode:
-        raise ValueError(f"unknown mode {mode!r}")
     return c

@@ -25,6 +25,10 @@ crash, even `kill -9`, skips finished stages and resumes RL from its last checkp
   7. report         RUN_DIR/results.md (per task before/after with 95% intervals and the
                     paired difference) and RUN_DIR/success.png; the stage times
 
+With `game_stage` (the default's), the same stages then run again for tic-tac-toe
+(`config.game`, configs/local_tictactoe.py) under RUN_DIR/tictactoe: a game a small model
+masters, so that the run shows RL making its agent better.
+
 Which indices are evaluated and held out: `agentrl_jax.evaluation.protocol`.
 
 Metrics: RUN_DIR/metrics.jsonl and TensorBoard (`tensorboard --logdir RUN_DIR/tensorboard`).
@@ -433,6 +437,9 @@ def write_report(config, run: RunDir, metrics: MetricsLog) -> str:
     return table
 
 
+GAME_STAGE_DIR = "tictactoe"
+
+
 def run_job(config: ml_collections.ConfigDict) -> pathlib.Path:
     """Runs (or resumes) every stage; returns the run directory."""
     trainer_config(config.rl)   # a trainer temperature apart from the sampler's, before any stage
@@ -471,7 +478,19 @@ def main(argv: list[str]) -> None:
     compile_cache.enable()   # compiled programs reused across runs (agentrl_jax/compile_cache.py)
     stage_clock.from_environment()   # AGENTRL_JAX_STAGE_CLOCK=PATH: the stages' split (#30)
     hostmem.keep_freed_memory()  # the warm start's buffers stay mapped (agentrl_jax/hostmem.py)
-    run_job(_CONFIG.value)
+    config = _CONFIG.value
+    run_job(config)
+    if config.get("game_stage"):
+        run_job(game_stage_config(config))
+
+
+def game_stage_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The main job's tic-tac-toe stage (`config.game`): a job of its own under
+    RUN_DIR/tictactoe, with the main job's warm-start cache."""
+    game = config.game.copy_and_resolve_references()
+    game.run_dir = str(pathlib.Path(config.run_dir) / GAME_STAGE_DIR)
+    game.sft.cache_dir = config.sft.cache_dir
+    return game
 
 
 if __name__ == "__main__":

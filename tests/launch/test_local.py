@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from environments.registry import AGENTBENCH_FC, task_key
+from launch.local import GAME_STAGE_DIR
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAGES = ["demos", "sft", "eval_before", "rl", "eval_after", "report"]
@@ -146,12 +147,24 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
     assert (run_dir / "checkpoints" / "5").is_dir()
     assert_gone(fleet_pids(run_dir))   # the fleet stopped with the job
 
+    game = run_dir / GAME_STAGE_DIR   # then the tic-tac-toe stage, a job of its own
+    assert list(json.loads((game / "stages.json").read_text())) == STAGES
+    assert pathlib.Path(json.loads((game / "stages.json").read_text())["sft"]["policy_dir"]
+                        ).parent == sft_cache
+    for name in ("eval_before", "eval_after"):
+        result = json.loads((game / f"{name}.json").read_text())
+        assert set(result["tasks"]) == {task_key("tictactoe", "test")}
+    assert set(json.loads((game / "paired_difference.json").read_text())["tasks"]) == {
+        "tictactoe"}
+    assert (game / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_gone(fleet_pids(game))
+
 
 @pytest.mark.slow   # ~120 s; a worker's death mid-session: tests/controller/test_controller_faults
 def test_a_killed_task_worker_does_not_stop_training(tmp_path, sft_cache):
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
     argv = command(run_dir, sft_cache, "--config.rl.pipeline.steps=4",
-                   "--config.eval.before_rl=False")
+                   "--config.eval.before_rl=False", "--config.game_stage=False")
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env(), stdout=out,
                                    stderr=subprocess.STDOUT)
