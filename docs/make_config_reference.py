@@ -56,6 +56,10 @@ MEANINGS: dict[str, str] = {
     "log_dir": 'metrics, evaluation results, TensorBoard; "" = run_dir (or runs/NAME when '
                "run_dir is a URL; copied to run_dir/logs at the end)",
     "seed": "seeds evaluation episodes (sampling seeds and order)",
+    "game_stage": "run the tic-tac-toe stage (`game`) after the AgentBench stages",
+    "game": "the tic-tac-toe stage: a whole job config with the top level's keys, run under "
+            "RUN_DIR/tictactoe (configs/local_tictactoe.py; its changes are listed under "
+            "Modes and variants)",
     "rollouts": 'who plays the RL episodes: "agent_loop" (the project\'s loop, '
                 'rollout/agent_loop.py) or "openai_agent" (the agent program of `openai_agent` '
                 "over the OpenAI server, serving/agent_rollouts.py)",
@@ -316,7 +320,13 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+class Nested(str):
+    """A key whose value is a whole config, described in a row of its own."""
+
+
 def show(value: Any) -> str:
+    if isinstance(value, Nested):
+        return str(value)
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, float):
@@ -354,7 +364,10 @@ def render() -> str:
     from configs import eval as eval_config
     from configs import local_default, local_openai_agent, local_smollm2
 
-    local = flatten(local_default.get_config())
+    main_job = local_default.get_config()
+    game = flatten(main_job.game)
+    local = {k: v for k, v in flatten(main_job).items() if not k.startswith("game.")}
+    local["game"] = Nested("a job config")
     fc, model_rows = agentbench_fc()
     evaluation = flatten(eval_config.get_config())
     missing = sorted([k for k in {*local, *fc} if k not in MEANINGS]
@@ -411,7 +424,9 @@ def render() -> str:
                    f"{MEANINGS[key]} |")
 
     fast = flatten(local_default.get_config("fast"))
+    fast = {k: v for k, v in fast.items() if not k.startswith("game.")} | {"game": local["game"]}
     rows = [("`local_default.py:fast`", diff(local, fast)),
+            ("`local_default.py` `game`", diff(local, game)),
             ("`local_smollm2.py`", diff(local, flatten(local_smollm2.get_config()))),
             ("`local_openai_agent.py` (over `:fast`)",
              diff(fast, flatten(local_openai_agent.get_config()))),
