@@ -1,10 +1,11 @@
 """notebooks/agentrl_demo.ipynb runs end to end (nbclient, fast mode) and shows what it says.
 
 The notebook is executed in a fresh kernel from its own folder, as a user would, with
-`AGENTRL_NOTEBOOK_FAST=1` (the main job's `:fast` config) and its run directory in tmp_path.
-That takes several minutes (ten sandboxed workers, the fast job's every stage), so it is a slow
-test: `pytest -m slow tests/notebooks`. The check that the notebook is well-formed and
-Colab-ready runs by default.
+`AGENTRL_NOTEBOOK_FAST=1` (the main job's `:fast` config) and its run directory in tmp_path;
+its RL run is the fast game stage, under RUN_DIR/tictactoe. That takes several minutes (twelve
+sandboxed workers, the game stage's every step), so it is a slow test:
+`pytest -m slow tests/notebooks`. The check that the notebook is well-formed and Colab-ready
+runs by default.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from environments.registry import AGENTBENCH_FC
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO_ROOT / "notebooks" / "agentrl_demo.ipynb"
-TASKS = AGENTBENCH_FC   # the default config's tasks
+TASKS = AGENTBENCH_FC   # the default config's tasks; the game's episode may end in a draw
 
 
 def outputs_of(cell) -> str:
@@ -63,10 +64,11 @@ def test_notebook_executes_every_stage(executed):
     assert "fast mode: True" in text
     for task in TASKS:   # one oracle episode each, solved
         assert f"{task}: completed, reward 1.00" in text
+    assert "tictactoe: completed, reward" in text
     assert "| task |" in text   # the results table was displayed
     images = [o for cell in notebook.cells for o in cell.get("outputs", [])
               if "image/png" in o.get("data", {})]
     assert len(images) == 1
     for name in ("success.png", "results.md", "eval_before.json", "eval_after.json"):
-        assert (run_dir / name).is_file(), name
+        assert (run_dir / "tictactoe" / name).is_file(), name
     assert "stages: demos, sft, eval_before, rl, eval_after, report" in text
