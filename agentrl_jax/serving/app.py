@@ -2,6 +2,8 @@
 
     POST /v1/chat/completions   chat, tools, n, stream, logprobs, trajectories (`agentrl` field)
     POST /v1/completions        raw text or token-id prompts
+    POST /v1/responses          the Responses API, stateless, over the chat path
+                                (`serving.responses_api`)
     GET  /v1/models             the served model names
     POST /v1/trajectories/{id}/reward   ends a trajectory (`TrajectoryStore.pop_finished`)
     GET  /health                liveness, without the API key
@@ -28,7 +30,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentrl_jax.sampling.types import TokenEvent
-from agentrl_jax.serving import errors, responses, schemas
+from agentrl_jax.serving import errors, responses, responses_api, schemas
 from agentrl_jax.serving.service import Outcome, Prepared, Service
 from agentrl_jax.serving.trajectories import TrajectoryBusyError
 
@@ -284,6 +286,18 @@ def create_app(service: Service) -> FastAPI:
         return await respond(
             request, service.prepare_chat(body, trajectory), stream,
             lambda o: responses.chat_completion(service, o, body.model, bool(body.logprobs)))
+
+    @app.post("/v1/responses")
+    async def create_response(
+        body: responses_api.ResponsesRequest, request: Request,
+        x_trajectory_id: str | None = Header(None, alias=TRAJECTORY_HEADER),
+    ) -> Any:
+        trajectory = trajectory_of(body.trajectory_id, x_trajectory_id)
+        service.policy_for(body.model)
+        chat = responses_api.chat_request(body)
+        stream = responses_api.ResponseStream(body) if body.stream else None
+        return await respond(request, service.prepare_chat(chat, trajectory), stream,
+                             lambda o: responses_api.response(service, o, body))
 
     @app.post("/v1/completions")
     async def completions(body: schemas.CompletionRequest, request: Request) -> Any:

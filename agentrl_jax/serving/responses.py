@@ -35,7 +35,7 @@ def sse(payload: dict[str, Any] | str) -> str:
     return f"data: {data}\n\n"
 
 
-def _token_logprobs(service: Service, tokens: Sequence[int], logprobs: Sequence[float]
+def token_logprobs(service: Service, tokens: Sequence[int], logprobs: Sequence[float]
                     ) -> list[dict[str, Any]]:
     return [{"token": text, "logprob": lp, "bytes": list(text.encode("utf-8")),
              "top_logprobs": []}
@@ -48,7 +48,7 @@ def chat_completion(service: Service, outcome: Outcome, model: str, logprobs: bo
         "id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()),
         "model": model, "system_fingerprint": None,
         "choices": [{"index": i, "message": c.message,
-                     "logprobs": ({"content": _token_logprobs(service, c.result.tokens,
+                     "logprobs": ({"content": token_logprobs(service, c.result.tokens,
                                                               c.result.logprobs)}
                                   if logprobs else None),
                      "finish_reason": c.finish_reason}
@@ -140,7 +140,7 @@ class _Stream:
         return []
 
     def _lp(self, service: Service, tokens: list[int], logprobs: list[float]) -> Any:
-        return {"content": _token_logprobs(service, tokens, logprobs)} if self.logprobs else None
+        return {"content": token_logprobs(service, tokens, logprobs)} if self.logprobs else None
 
     def progress(self, service: Service, index: int, choice: StreamedChoice) -> str:
         """The chunk of choice `index`'s newly settled text ('' if nothing is settled)."""
