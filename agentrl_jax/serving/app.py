@@ -268,10 +268,13 @@ def create_app(service: Service) -> FastAPI:
         return _ClosingStream(ended, chunks(), media_type="text/event-stream",
                               headers={"Cache-Control": "no-cache"})
 
-    def trajectory_of(body: str | None, header: str | None) -> str | None:
+    def trajectory_of(model: str, body: str | None, header: str | None) -> str | None:
+        """The request's trajectory id (body or header), once its model is known to be served
+        (404 before anything else)."""
         if body and header and body != header:
             raise errors.bad_request(f"the {TRAJECTORY_HEADER} header and trajectory_id differ",
                                      param="trajectory_id")
+        service.policy_for(model)
         return body or header
 
     @app.post("/v1/chat/completions")
@@ -279,8 +282,7 @@ def create_app(service: Service) -> FastAPI:
         body: schemas.ChatCompletionRequest, request: Request,
         x_trajectory_id: str | None = Header(None, alias=TRAJECTORY_HEADER),
     ) -> Any:
-        trajectory = trajectory_of(body.trajectory_id, x_trajectory_id)
-        service.policy_for(body.model)  # 404 before anything else
+        trajectory = trajectory_of(body.model, body.trajectory_id, x_trajectory_id)
         stream = (responses.ChatStream(body.model, bool(body.logprobs), body.include_usage())
                   if body.stream else None)
         return await respond(
@@ -292,8 +294,7 @@ def create_app(service: Service) -> FastAPI:
         body: responses_api.ResponsesRequest, request: Request,
         x_trajectory_id: str | None = Header(None, alias=TRAJECTORY_HEADER),
     ) -> Any:
-        trajectory = trajectory_of(body.trajectory_id, x_trajectory_id)
-        service.policy_for(body.model)
+        trajectory = trajectory_of(body.model, body.trajectory_id, x_trajectory_id)
         chat = responses_api.chat_request(body)
         stream = responses_api.ResponseStream(body) if body.stream else None
         return await respond(request, service.prepare_chat(chat, trajectory), stream,
