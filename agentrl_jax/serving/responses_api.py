@@ -312,7 +312,8 @@ class ResponseStream:
         text = message.get("content") or ""
         rest = sent.rest(text)
         if rest is None:   # the text sent is no longer the message's beginning
-            yield self._next("error", **errors.stream_diverged().body()["error"])
+            error = errors.stream_diverged()
+            yield self._next("error", code=error.code, message=error.message, param=error.param)
             return
         if rest:
             yield self._text_delta(service, rest, *sent.unreported())

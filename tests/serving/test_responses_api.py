@@ -7,6 +7,10 @@ import json
 import openai
 import pytest
 
+from agentrl_jax.sampling import FinishReason, GenerationResult, SamplingParams, TokenEvent
+from agentrl_jax.serving.responses import StreamedChoice
+from agentrl_jax.serving.responses_api import ResponsesRequest, ResponseStream
+from agentrl_jax.serving.service import Choice, Outcome
 from launch.demo import WEATHER_TOOL
 from tests.serving.conftest import TOOL_CALL
 
@@ -135,3 +139,25 @@ def test_what_a_stateless_server_cannot_do_is_refused_by_name(client, change, pa
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(**body)
     assert refused.value.body["param"] == param
+
+
+def test_a_stream_whose_text_was_taken_back_ends_with_an_error_event(stack):
+    service = stack.service()
+    request = ResponsesRequest(model="tiny-text", input=QUESTION, stream=True)
+    stream = ResponseStream(request)
+    assert stream.opening(1).count("event: ") == 2   # created, in_progress
+    sent = StreamedChoice(service, SamplingParams(), parse=False)
+    first = stack.greedy_sentence(3)
+    sent.add(TokenEvent(0, first, [0.0] * 3, 0))
+    assert "response.output_text.delta" in stream.progress(service, 0, sent)
+    sent.add(TokenEvent(0, first[:1], [0.0], 1))  # the turn restarted on new weights
+    result = GenerationResult(first[:1], [0.0], [1], "text", FinishReason.STOP)
+    outcome = Outcome([], [Choice(result, "", {"role": "assistant",
+                                               "content": stack.tokenizer.decode(first[:1])})])
+    (event,) = list(stream.ending(service, outcome, [sent]))
+    kind, data = event.split("\n")[:2]
+    assert kind == "event: error"
+    body = json.loads(data.removeprefix("data: "))
+    assert body["type"] == "error" and body["code"] == "stream_diverged"
+    # After created, in_progress, the message's two opening events and the text's delta.
+    assert body["sequence_number"] == 5
