@@ -13,14 +13,14 @@ games before and after RL. Two arms from the same cached warm start:
 
 Seeds are fixed (samples, opponents, sampling, initialisation), so the warm start and the
 evaluation before RL repeat exactly (28.0% of the test games); RL's asynchronous order does not,
-and two runs of the learning arm read +22.0 points [13.3, 30.7] and +19.5 [10.6, 28.4] on the
-2-core CPU (and +23.5 [14.7, 32.3] in the main job's game stage).
+and three runs of the learning arm read +22.0 points [13.3, 30.7], +19.5 [10.6, 28.4] and +24.5
+[15.8, 33.2] on the 2-core CPU (and +23.5 [14.7, 32.3] in the main job's game stage).
 
 Sabotage check, run once by hand: the learning arm with the advantages' sign flipped (`return
 -adv, weights` in `rl.advantages.compute_advantages`) went from 28.0% to 0.0% of the test games
 won, every game ending on an invalid move: paired -28.0 points [-34.3, -21.7], so `low > 0`
-fails. No timings are asserted. About 20 minutes for both arms: `slow`, run by the README's
-test command (and so by CI) after the default suite.
+fails. No timings are asserted. About 20 minutes for both arms (19.6 in a fresh clone): `slow`,
+run by the README's test command (and so by CI) after the default suite.
 """
 
 from __future__ import annotations
