@@ -291,7 +291,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.post("/v1/responses")
     async def create_response(
-        body: responses_api.ResponsesRequest, request: Request,
+        body: schemas.ResponsesRequest, request: Request,
         x_trajectory_id: str | None = Header(None, alias=TRAJECTORY_HEADER),
     ) -> Any:
         trajectory = trajectory_of(body.model, body.trajectory_id, x_trajectory_id)

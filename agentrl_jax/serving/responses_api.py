@@ -37,42 +37,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from agentrl_jax.serving import errors, schemas
 from agentrl_jax.serving.responses import EXTENSION, StreamedChoice, new_id, token_logprobs
+from agentrl_jax.serving.schemas import ResponsesRequest
 from agentrl_jax.serving.service import Outcome, Service
 
-LOGPROBS_INCLUDE = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text", "text")
-
-
-class ResponsesRequest(schemas._Body):
-    """The fields of a Responses request the server reads (others are ignored, as agent
-    frameworks add their own)."""
-
-    model: str
-    input: str | list[dict[str, Any]]
-    instructions: str | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-    stream: bool | None = False
-    text: dict[str, Any] | None = None
-    include: list[str] | None = None
-    user: str | None = None
-    # Refused when set (`chat_request`).
-    previous_response_id: str | None = None
-    truncation: str | None = None
-    reasoning: dict[str, Any] | None = None
-    trajectory_id: str | None = Field(None, min_length=1, max_length=200)
-
-    def logprobs(self) -> bool:
-        return LOGPROBS_INCLUDE in (self.include or [])
 
 
 def _text_of(content: Any, where: str) -> str | None:
@@ -253,10 +225,9 @@ def _output(service: Service, ids: _Ids, outcome: Outcome, logprobs: bool
     return output
 
 
-def response(service: Service, outcome: Outcome, request: ResponsesRequest,
-             ids: _Ids | None = None) -> dict[str, Any]:
+def response(service: Service, outcome: Outcome, request: ResponsesRequest) -> dict[str, Any]:
     """The Response object of a sampled request."""
-    ids = ids or _Ids()
+    ids = _Ids()
     return _body(ids, request, "completed", _output(service, ids, outcome, request.logprobs()),
                  outcome, outcome.choices[0].finish_reason)
 
@@ -338,6 +309,7 @@ class ResponseStream:
                              arguments=arguments)
             yield self._next("response.output_item.done", output_index=index,
                              item=output[index])
-        final = response(service, outcome, self.request, self.ids)
+        final = _body(self.ids, self.request, "completed", output, outcome,
+                      choice.finish_reason)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         yield self._next(kind, response=final)

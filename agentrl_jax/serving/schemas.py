@@ -1,5 +1,5 @@
-"""The request bodies the server reads: OpenAI's chat-completions and completions requests, and
-the reward that ends a trajectory.
+"""The request bodies the server reads: OpenAI's chat-completions, completions and Responses
+requests, and the reward that ends a trajectory.
 
 Only types and fixed ranges are checked here (pydantic answers a wrong one with a 400 naming the
 field); limits of the server (its `n`, its context) are checked where the server knows them
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentrl_jax.episode import SampleStatus
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit on `stop`
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # Responses: `include` asking for them
 
 
 class _Body(BaseModel):
@@ -110,6 +111,34 @@ class CompletionRequest(_Sampling):
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool | None = False
     suffix: str | None = None
+
+
+class ResponsesRequest(_Body):
+    """A Responses API request (`serving.responses_api` serves it as the chat request it
+    means); the fields the server reads."""
+
+    model: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    stream: bool | None = False
+    text: dict[str, Any] | None = None
+    include: list[str] | None = None
+    user: str | None = None
+    # Refused when set (`responses_api.chat_request`).
+    previous_response_id: str | None = None
+    truncation: str | None = None
+    reasoning: dict[str, Any] | None = None
+    trajectory_id: str | None = Field(None, min_length=1, max_length=200)
+
+    def logprobs(self) -> bool:
+        return LOGPROBS_INCLUDE in (self.include or [])
 
 
 class RewardRequest(_Body):

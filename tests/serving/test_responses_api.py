@@ -9,7 +9,8 @@ import pytest
 
 from agentrl_jax.sampling import FinishReason, GenerationResult, SamplingParams, TokenEvent
 from agentrl_jax.serving.responses import StreamedChoice
-from agentrl_jax.serving.responses_api import ResponsesRequest, ResponseStream
+from agentrl_jax.serving.responses_api import ResponseStream
+from agentrl_jax.serving.schemas import ResponsesRequest
 from agentrl_jax.serving.service import Choice, Outcome
 from launch.demo import WEATHER_TOOL
 from tests.serving.conftest import TOOL_CALL
