@@ -324,6 +324,14 @@ class Nested(str):
     """A key whose value is a whole config, described in a row of its own."""
 
 
+def job_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A local job config's keys, flat, with its nested game stage (`game`) as one key."""
+    keys = {k: v for k, v in flatten(config).items() if not k.startswith("game.")}
+    if "game" in config:
+        keys["game"] = Nested("a job config")
+    return keys
+
+
 def show(value: Any) -> str:
     if isinstance(value, Nested):
         return str(value)
@@ -366,8 +374,7 @@ def render() -> str:
 
     main_job = local_default.get_config()
     game = flatten(main_job.game)
-    local = {k: v for k, v in flatten(main_job).items() if not k.startswith("game.")}
-    local["game"] = Nested("a job config")
+    local = job_keys(main_job)
     fc, model_rows = agentbench_fc()
     evaluation = flatten(eval_config.get_config())
     missing = sorted([k for k in {*local, *fc} if k not in MEANINGS]
@@ -423,8 +430,7 @@ def render() -> str:
         out.append(f"| `{key.rsplit('.', 1)[-1]}` | {local_value} | {fc_value} | "
                    f"{MEANINGS[key]} |")
 
-    fast = flatten(local_default.get_config("fast"))
-    fast = {k: v for k, v in fast.items() if not k.startswith("game.")} | {"game": local["game"]}
+    fast = job_keys(local_default.get_config("fast"))
     rows = [("`local_default.py:fast`", diff(local, fast)),
             ("`local_default.py` `game`", diff(local, game)),
             ("`local_smollm2.py`", diff(local, flatten(local_smollm2.get_config()))),
