@@ -148,9 +148,9 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
     assert_gone(fleet_pids(run_dir))   # the fleet stopped with the job
 
     game = run_dir / GAME_STAGE_DIR   # then the tic-tac-toe stage, a job of its own
-    assert list(json.loads((game / "stages.json").read_text())) == STAGES
-    assert pathlib.Path(json.loads((game / "stages.json").read_text())["sft"]["policy_dir"]
-                        ).parent == sft_cache
+    game_stages = json.loads((game / "stages.json").read_text())
+    assert list(game_stages) == STAGES
+    assert pathlib.Path(game_stages["sft"]["policy_dir"]).parent == sft_cache
     for name in ("eval_before", "eval_after"):
         result = json.loads((game / f"{name}.json").read_text())
         assert set(result["tasks"]) == {task_key("tictactoe", "test")}
