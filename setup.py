@@ -24,6 +24,9 @@ INSTALL_REQUIRES = [
     "uvicorn==0.54.0",
     "httpx==0.28.1",
     "pydantic==2.14.3",
+    # Grammar-constrained decoding (strict tools, forced calls, JSON schemas): token masks from
+    # a JSON schema or Lark grammar; no dependencies of its own (xgrammar needs torch).
+    "llguidance==1.9.1",
     # The controller calls workers through aiohttp (a quarter of httpx's CPU per call, measured);
     # uvicorn picks up uvloop and httptools when installed.
     "aiohttp==3.14.5",

@@ -35,6 +35,13 @@ Streaming: a request submitted with `on_tokens` is told its new tokens at each h
 prefill's first token, then every decode chunk of `steps_per_sync` steps), after stops are
 applied (`types.TokenEvent`), so a server can send text while the turn is still decoding.
 
+Constrained turns (`GenerateRequest.constraint`, a grammar): before each token the engine
+asks the turn's grammar which tokens may come next and masks the others' logits on device. The
+next mask depends on the token drawn, so these turns decode in calls of one step each
+(`steps_per_sync` of them a round, as many tokens as the others get), apart from the
+unconstrained turns, whose chunks are dispatched first: the host computes the masks while the
+device runs them. Unconstrained turns pay nothing; their programs do not change.
+
 In-flight requests on `update_params`: `in_flight="finish"` lets running turns finish on the
 weights they started with (a request pins its `PolicyWeights`); `"abort"` restarts them on the
 new weights, discarding their tokens so far.
@@ -59,6 +66,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from agentrl_jax import stage_clock
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
+from agentrl_jax.sampling.constraint import ConstraintError, bitmask_words
 from agentrl_jax.sampling.decode_plan import DecodePlanner, call_tokens_of
 from agentrl_jax.sampling.forward import POOL_AXES, KVPool
 from agentrl_jax.sampling.kv_pages import PagedKVManager, Session
@@ -210,10 +218,20 @@ class _Turn:
     pending: list[PrefixNode] = dataclasses.field(default_factory=list)  # its pages to compute
     on_tokens: TokenCallback | None = None
     reported: int = 0  # tokens already passed to on_tokens
+    bitmask: np.ndarray | None = None  # a constrained turn's allowed next tokens
+
+    def next_bitmask(self) -> np.ndarray:
+        """The tokens a constrained turn may draw next, from its grammar's state."""
+        constraint = self.request.constraint
+        assert constraint is not None and self.bitmask is not None, "turn not constrained"
+        constraint.fill_bitmask(self.bitmask)
+        return self.bitmask
 
     def restart(self) -> None:
         self.policy, self.tokens, self.logprobs, self.stop_string = None, [], [], None
         self.reported = 0
+        if self.request.constraint is not None:
+            self.request.constraint.reset()
 
     def held_session(self) -> Session:
         """The KV session of a turn that has been admitted."""
@@ -286,6 +304,10 @@ class SamplingEngine:
         self._prefill, self._decode = compile_steps(
             self.cfg, config.page_size, config.steps_per_sync, cache_sharding
         )
+        # Constrained turns decode one step a call (their next mask needs the token drawn).
+        self._decode_one = self._decode if config.steps_per_sync == 1 else compile_steps(
+            self.cfg, config.page_size, 1, cache_sharding)[1]
+        self._mask_words = bitmask_words(self.cfg.vocab_size)
         self.pages = PagedKVManager(config.num_pages, config.page_size, config.prefix_cache)
         self._policies: dict[str, PolicyWeights] = {}
         self._serials = itertools.count()
@@ -441,12 +463,19 @@ class SamplingEngine:
                         self.pages.trim_unready(turn.session, detach=True)
                         self._fail(turn, e)
         middle = time.perf_counter()
-        groups: dict[int, list[_Turn]] = collections.defaultdict(list)
+        groups: dict[tuple[int, bool], list[_Turn]] = collections.defaultdict(list)
         for turn in self._running:
-            groups[id(turn.policy)].append(turn)
-        for turns in groups.values():
-            for calls in self._decode_calls(turns):
-                self._decode_chunk(calls)
+            groups[id(turn.policy), turn.request.constraint is not None].append(turn)
+        # Unconstrained chunks first, collected last: constrained turns' masks are computed
+        # on the host while the device runs them.
+        dispatched = [self._dispatch_decode(call)
+                      for (_, constrained), turns in groups.items() if not constrained
+                      for call in self._decode_calls(turns, self.config.steps_per_sync)]
+        for (_, constrained), turns in groups.items():
+            if constrained:
+                self._decode_constrained(turns)
+        for call in dispatched:
+            self._collect_decode(call)
         end = time.perf_counter()
         self.stats["prefill_seconds"] += middle - start
         self.stats["decode_seconds"] += end - middle
@@ -481,8 +510,9 @@ class SamplingEngine:
         """Compiled variants of the two device programs so far."""
         return self._prefill._cache_size() + self._decode.num_compiled()
 
-    def warmup(self) -> None:
-        """Compiles every bucket shape, so traffic afterwards never compiles.
+    def warmup(self, constrained: bool = False) -> None:
+        """Compiles every bucket shape, so traffic afterwards never compiles; `constrained`:
+        also the masked programs of constrained turns (prefill's, and one-step decode's).
 
         Returns once the warm-up calls have run, not just been dispatched: otherwise the first
         requests would wait behind them and be timed with them.
@@ -494,10 +524,12 @@ class SamplingEngine:
                 if not self.config.prefill_call_fits(rows, t):
                     continue
                 for c in (0, *self._context_buckets):
-                    self._run_prefill(weights, [], rows, t, c // page)
+                    for masked in {False, constrained}:
+                        self._run_prefill(weights, [], rows, t, c // page, masked)
         for b in self._batch_buckets:
             for c in self._context_buckets:
-                self._run_decode(weights, [], b, c // page)
+                for masked in {False, constrained}:
+                    self._run_decode(weights, [], b, c // page, masked)
         # Every call takes the KV pool the previous one returned: the last pool ready, all ran.
         jax.block_until_ready(self._cache)
 
@@ -520,11 +552,13 @@ class SamplingEngine:
         return tree if self._mesh is None else jax.device_put(tree, self._replicated)
 
     def _run_prefill(self, weights, chunks: Sequence[tuple[_Turn, int, int]], rows: int,
-                     bucket: int, width: int):
+                     bucket: int, width: int, constrained: bool = False):
         """One prefill call: row i prefills prompt[start:stop] of chunks[i] = (turn, start, stop).
 
-        `width` is the context width in pages (0: no row has cached context). Returns the
-        device arrays of the sampled tokens and their log-probabilities, one per row.
+        `width` is the context width in pages (0: no row has cached context); `constrained`:
+        the rows' turns have grammars (a row whose chunk ends its prompt samples under its
+        turn's mask; other rows' samples are unused). Returns the device arrays of the sampled
+        tokens and their log-probabilities, one per row.
         """
         tokens = np.zeros((rows, bucket), np.int32)
         start = np.zeros(rows, np.int32)
@@ -538,7 +572,13 @@ class SamplingEngine:
             if table is not None:
                 table[i] = self.pages.page_row(turn.held_session(), width)
         row_params = self._row_params([turn for turn, _, _ in chunks], rows)
-        args = self._put((tokens, start, length, write, table, row_params))
+        bitmask = None
+        if constrained:
+            bitmask = np.full((rows, self._mask_words), -1, np.int32)
+            for i, (turn, _, hi) in enumerate(chunks):
+                if hi == len(turn.request.prompt) and turn.bitmask is not None:
+                    bitmask[i] = turn.bitmask
+        args = self._put((tokens, start, length, write, table, row_params, bitmask))
         self._cache, token, logprob = self._prefill(weights, self._cache, *args)
         self.stats["prefill_calls"] += 1
         return token, logprob
@@ -565,6 +605,10 @@ class SamplingEngine:
                     f"a request of {len(prompt) + turn.max_new} tokens does not fit the KV pool"
                 )
             return False
+        if request.constraint is not None:   # the first token's mask (anew after a restart)
+            if turn.bitmask is None:
+                turn.bitmask = np.zeros(self._mask_words, np.int32)
+            turn.next_bitmask()   # a grammar that allows nothing fails here, alone
         turn.policy = policy
         turn.waits = [n for n in session.nodes if not n.ready]
         turn.pending = self.pages.publish(session, prompt, reuse)
@@ -590,13 +634,14 @@ class SamplingEngine:
         first: dict[int, tuple[Any, Any, int]] = {}  # turn id -> (tokens, logprobs, row)
         left = list(turns)
         while left:
-            calls: dict[tuple[bool, int], list[_Turn]] = collections.defaultdict(list)
+            calls: dict[tuple[bool, int, bool], list[_Turn]] = collections.defaultdict(list)
             for turn in left:
                 if all(n.ready for n in turn.waits):
-                    calls[turn.prefilled == 0, id(turn.policy)].append(turn)
+                    constrained = turn.request.constraint is not None
+                    calls[turn.prefilled == 0, id(turn.policy), constrained].append(turn)
             if not calls:  # pages are only ever read after those of earlier admissions
                 raise RuntimeError("prefill waits on shared pages that no turn computes")
-            for (fresh, _), group in calls.items():
+            for (fresh, _, constrained), group in calls.items():
                 for bucket, chunks in self._prefill_calls(group):
                     width = 0
                     if not fresh:
@@ -604,7 +649,8 @@ class SamplingEngine:
                         width = bucket_of(self._context_buckets, context) // page
                     rows = bucket_of(self._prefill_rows, len(chunks))
                     token, logprob = self._run_prefill(
-                        chunks[0][0].served_by().weights, chunks, rows, bucket, width)
+                        chunks[0][0].served_by().weights, chunks, rows, bucket, width,
+                        constrained)
                     self.stats["prefill_positions"] += rows * bucket
                     for row, (turn, _, hi) in enumerate(chunks):
                         turn.prefilled = hi
@@ -617,7 +663,8 @@ class SamplingEngine:
         for turn in turns:
             token, logprob, row = fetched[turn.id]
             turn.held_session().tokens = list(turn.request.prompt)
-            self._append(turn, [int(token[row])], [float(logprob[row])])
+            if not self._append(turn, [int(token[row])], [float(logprob[row])]):
+                continue
             reason = self._finished(turn, first_new=0)
             self._report(turn)
             if reason is not None:
@@ -642,7 +689,11 @@ class SamplingEngine:
                 chunks = chunks[rows:]
         return calls
 
-    def _run_decode(self, weights, turns: Sequence[_Turn], rows: int, width: int):
+    def _run_decode(self, weights, turns: Sequence[_Turn], rows: int, width: int,
+                    constrained: bool = False):
+        """One decode call: `steps_per_sync` steps, or with `constrained` one step under each
+        turn's bitmask (`_Turn.bitmask`, filled by the caller). Returns the device arrays of
+        `steps.decode_chunk`'s outputs."""
         tokens = np.zeros(rows, np.int32)
         positions = np.zeros(rows, np.int32)
         active = np.zeros(rows, bool)
@@ -652,39 +703,89 @@ class SamplingEngine:
             tokens[i], positions[i], active[i] = turn.tokens[-1], turn.position, True
             remaining[i] = turn.max_new - len(turn.tokens)
             table[i] = self.pages.page_row(turn.held_session(), width)
+        bitmask = None
+        if constrained:
+            bitmask = np.full((rows, self._mask_words), -1, np.int32)
+            for i, turn in enumerate(turns):
+                assert turn.bitmask is not None, "a constrained turn's mask is filled first"
+                bitmask[i] = turn.bitmask
         args = self._put((tokens, positions, active, remaining, table,
-                          self._row_params(turns, rows)))
-        self._cache, *out = self._decode(weights, self._cache, *args)
+                          self._row_params(turns, rows), bitmask))
+        program = self._decode_one if constrained else self._decode
+        self._cache, *out = program(weights, self._cache, *args)
         return out
 
-    def _decode_calls(self, turns: list[_Turn]) -> list[list[_Turn]]:
-        """The running turns of one policy, split into decode calls by context
-        (`decode_plan.DecodePlanner`)."""
-        needs = [turn.position + self.config.steps_per_sync for turn in turns]
+    def _decode_calls(self, turns: list[_Turn], steps: int) -> list[list[_Turn]]:
+        """The running turns of one policy, split into decode calls of `steps` steps by
+        context (`decode_plan.DecodePlanner`)."""
+        needs = [turn.position + steps for turn in turns]
         return [[turns[i] for i in group] for group in self._decode_planner.groups(needs)]
 
-    def _decode_chunk(self, turns: list[_Turn]) -> None:
-        steps, page = self.config.steps_per_sync, self.config.page_size
+    def _dispatch_decode(self, turns: list[_Turn], constrained: bool = False
+                         ) -> tuple[list[_Turn], Any]:
+        """Starts one decode call of `turns` (one step if `constrained`); `_collect_decode`
+        takes its tokens."""
+        steps = 1 if constrained else self.config.steps_per_sync
+        page = self.config.page_size
         rows = bucket_of(self._batch_buckets, len(turns))
-        need = max(t.position for t in turns) + steps
-        width = bucket_of(self._context_buckets, need)
-        out = self._run_decode(turns[0].served_by().weights, turns, rows, width // page)
-        tokens, logprobs, emitted = jax.device_get(out)
+        width = bucket_of(self._context_buckets, max(t.position for t in turns) + steps)
+        out = self._run_decode(turns[0].served_by().weights, turns, rows, width // page,
+                               constrained)
         self.stats["decode_chunks"] += 1
+        self.stats["constrained_decode_calls"] += constrained
         self.stats["decode_context_tokens"] += rows * width
+        return turns, out
+
+    def _decode_constrained(self, turns: list[_Turn]) -> None:
+        """A round of `steps_per_sync` one-step calls for constrained turns of one policy, each
+        step's masks filled on the host from the tokens before."""
+        for _ in range(self.config.steps_per_sync):
+            ready = []
+            for turn in turns:
+                if turn not in self._running:
+                    continue
+                try:
+                    turn.next_bitmask()
+                except ConstraintError as e:
+                    self._running.remove(turn)
+                    self._fail(turn, e)
+                    continue
+                ready.append(turn)
+            if not ready:
+                return
+            for call in self._decode_calls(ready, steps=1):
+                self._collect_decode(self._dispatch_decode(call, constrained=True))
+            turns = ready
+
+    def _collect_decode(self, call: tuple[list[_Turn], Any]) -> None:
+        turns, out = call
+        tokens, logprobs, emitted = jax.device_get(out)
         for i, turn in enumerate(turns):
             n = int(emitted[:, i].sum())
             first_new = len(turn.tokens)
-            self._append(turn, tokens[:n, i].tolist(), logprobs[:n, i].tolist())
+            if not self._append(turn, tokens[:n, i].tolist(), logprobs[:n, i].tolist()):
+                self._running.remove(turn)
+                continue
             reason = self._finished(turn, first_new)
             self._report(turn)
             if reason is not None:
                 self._running.remove(turn)
                 self._finish(turn, reason)
 
-    def _append(self, turn: _Turn, tokens: list[int], logprobs: list[float]) -> None:
+    def _append(self, turn: _Turn, tokens: list[int], logprobs: list[float]) -> bool:
+        """Adds sampled tokens to `turn` and moves its grammar past them; False (the turn
+        failed) if the grammar refuses one."""
         turn.tokens += tokens
         turn.logprobs += logprobs
+        constraint = turn.request.constraint
+        if constraint is not None:
+            try:
+                for token in tokens:
+                    constraint.consume(token)
+            except ConstraintError as e:
+                self._fail(turn, e)
+                return False
+        return True
 
     def _report(self, turn: _Turn) -> None:
         """Passes the tokens `turn` has not reported yet to its `on_tokens` (after `_finished`

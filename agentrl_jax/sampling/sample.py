@@ -37,12 +37,21 @@ def _truncate(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Arra
     return jnp.where(scaled >= threshold, scaled, -jnp.inf)
 
 
+def allowed_tokens(bitmask: jax.Array, vocab_size: int) -> jax.Array:
+    """bool [B, V] from an int32 bitmask [B, ceil(V / 32)]: token t is allowed when bit
+    t % 32 of word t // 32 is set (`constraint.TokenConstraint`)."""
+    bits = jnp.right_shift(bitmask.astype(jnp.uint32)[:, :, None],
+                           jnp.arange(32, dtype=jnp.uint32)) & 1
+    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].astype(bool)
+
+
 def sample_tokens(
     logits: jax.Array,
     temperature: jax.Array,
     top_k: jax.Array,
     top_p: jax.Array,
     keys: jax.Array,
+    bitmask: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Draws one token per row.
 
@@ -52,11 +61,15 @@ def sample_tokens(
       top_k: int32 [B]; 0 disables.
       top_p: fp32 [B]; 1 disables.
       keys: [B] PRNG keys.
+      bitmask: int32 [B, ceil(V / 32)], the tokens each row may draw (`allowed_tokens`), or
+        None: all. A row's logits outside it are -inf before anything else.
     Returns:
-      tokens int32 [B] and their log-probabilities fp32 [B] under softmax(logits / T) before
-      truncation (T = 1 for greedy rows).
+      tokens int32 [B] and their log-probabilities fp32 [B] under softmax(logits / T) (over
+      the allowed tokens) before truncation (T = 1 for greedy rows).
     """
     logits = logits.astype(jnp.float32)
+    if bitmask is not None:
+        logits = jnp.where(allowed_tokens(bitmask, logits.shape[-1]), logits, -jnp.inf)
     greedy = temperature <= 0
     scaled = logits / jnp.where(greedy, 1.0, temperature)[:, None]
     # log p = logit − logsumexp, as the trainer's `chunked_logprobs` computes it (max-shifted).

@@ -39,12 +39,11 @@ class RowParams:
     stop_ids: jax.Array  # i32 [B, S]
 
 
-def _sample(
-    cfg: ModelConfig, w: SamplerWeights, hidden: jax.Array, rp: RowParams, positions: jax.Array
-):
+def _sample(cfg: ModelConfig, w: SamplerWeights, hidden: jax.Array, rp: RowParams,
+            positions: jax.Array, bitmask: jax.Array | None):
     logits = output_logits(cfg, w, hidden)
     return sample_tokens(
-        logits, rp.temperature, rp.top_k, rp.top_p, row_keys(rp.seed, positions)
+        logits, rp.temperature, rp.top_k, rp.top_p, row_keys(rp.seed, positions), bitmask
     )
 
 
@@ -59,6 +58,7 @@ def prefill(
     write_slots: jax.Array,
     page_table: jax.Array | None,
     rp: RowParams,
+    bitmask: jax.Array | None = None,
 ) -> tuple[KVPool, jax.Array, jax.Array]:
     """Prefills rows of new tokens and samples the token after each row's last one.
 
@@ -69,6 +69,8 @@ def prefill(
       write_slots: int32 [B, T], slot of each new token (0 for padding).
       page_table: int32 [B, W], the row's pages (W · page_size >= start), or None when every
         start is 0.
+      bitmask: int32 [B, ceil(V / 32)], the tokens each row may sample (`sample_tokens`), or
+        None (a separate compilation).
     Returns:
       the pool, and each row's sampled token and its log-probability.
     """
@@ -86,7 +88,7 @@ def prefill(
     write_slots = write_slots + jnp.isnan(hidden[0, 0, 0]).astype(write_slots.dtype)
     pool = write_kv(pool, write_slots, jnp.stack(new_k), jnp.stack(new_v))
     last = jnp.take_along_axis(hidden, jnp.maximum(length - 1, 0)[:, None, None], axis=1)[:, 0]
-    token, logprob = _sample(cfg, w, last, rp, start + length)
+    token, logprob = _sample(cfg, w, last, rp, start + length, bitmask)
     return pool, token, logprob
 
 
@@ -102,6 +104,7 @@ def decode_chunk(
     remaining: jax.Array,
     page_table: jax.Array,
     rp: RowParams,
+    bitmask: jax.Array | None = None,
 ) -> tuple[KVPool, jax.Array, jax.Array, jax.Array]:
     """Runs `num_steps` decode steps for a batch of rows.
 
@@ -111,10 +114,14 @@ def decode_chunk(
       active: bool [B]; inactive rows compute but write only to the scratch slot.
       remaining: int32 [B], tokens each row may still generate.
       page_table: int32 [B, W], the row's pages; W · page_size covers positions + num_steps.
+      bitmask: int32 [B, ceil(V / 32)], the tokens each row may sample, or None; only with
+        num_steps 1 (the next mask depends on the token drawn).
     Returns:
       the pool and per step [num_steps, B]: sampled tokens, log-probabilities, and whether the
       row was active (the token counts) at that step.
     """
+    if bitmask is not None and num_steps != 1:
+        raise ValueError("a token bitmask holds for one decode step")
     width = page_table.shape[1]
     batch = tokens.shape[0]
     side_shape = (batch, num_steps, cfg.num_kv_heads, cfg.head_dim)
@@ -133,7 +140,7 @@ def decode_chunk(
             cfg, w, pool, page_size, tokens[:, None], positions[:, None], page_table, first,
             new_mask, recent=(side_k, side_v, i),
         )
-        new_tokens, logprobs = _sample(cfg, w, hidden[:, 0], rp, positions + 1)
+        new_tokens, logprobs = _sample(cfg, w, hidden[:, 0], rp, positions + 1, bitmask)
         stopped = jnp.any(new_tokens[:, None] == rp.stop_ids, axis=-1)
         remaining = remaining - active.astype(remaining.dtype)
         out = (new_tokens, logprobs)

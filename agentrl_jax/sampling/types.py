@@ -13,6 +13,8 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
+from agentrl_jax.sampling.constraint import TokenConstraint
+
 
 class FinishReason(enum.StrEnum):
     STOP = "stop"  # a stop token id was sampled or a stop string appeared
@@ -66,12 +68,15 @@ class GenerateRequest:
       params: sampling parameters.
       policy: name of the policy in the engine's pool that generates this turn.
       session_id: an episode's id, to keep its KV cache between turns; None for one-off requests.
+      constraint: the turn's grammar (`constraint.TokenConstraint`), stateful: one per
+        request. Its tokens' log-probabilities are then under the masked distribution.
     """
 
     prompt: Sequence[int]
     params: SamplingParams = SamplingParams()
     policy: str = "current"
     session_id: str | None = None
+    constraint: TokenConstraint | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,19 +41,22 @@ def _reference_forward(model: Decoder):
     return jax.jit(lambda t, p, s: model(t, p, s))
 
 
+def reference_logits(model: Decoder, tokens) -> np.ndarray:
+    """The training forward's logits [len(tokens), V] of a whole sequence."""
+    length = len(tokens)
+    assert length <= _REFERENCE_LEN
+    t = np.zeros((1, _REFERENCE_LEN), np.int32)
+    t[0, :length] = tokens
+    segments = (np.arange(_REFERENCE_LEN) < length).astype(np.int32)[None]
+    positions = np.arange(_REFERENCE_LEN, dtype=np.int32)[None]
+    return np.asarray(_reference_forward(model)(t, positions, segments)[0, :length])
+
+
 def reference_greedy(model: Decoder, prompt, n: int) -> list[int]:
     """Greedy continuation by the training forward, recomputing the whole sequence each token."""
     tokens = list(prompt)
-    forward = _reference_forward(model)
     for _ in range(n):
-        length = len(tokens)
-        assert length <= _REFERENCE_LEN
-        t = np.zeros((1, _REFERENCE_LEN), np.int32)
-        t[0, :length] = tokens
-        segments = (np.arange(_REFERENCE_LEN) < length).astype(np.int32)[None]
-        positions = np.arange(_REFERENCE_LEN, dtype=np.int32)[None]
-        logits = forward(t, positions, segments)
-        tokens.append(int(np.argmax(np.asarray(logits[0, length - 1]))))
+        tokens.append(int(np.argmax(reference_logits(model, tokens)[-1])))
     return tokens[len(prompt):]
 
 

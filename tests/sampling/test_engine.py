@@ -145,8 +145,12 @@ def test_prefill_token_cap_splits_long_chunks_into_fewer_rows(llama):
     # Warm-up never compiles a shape over the cap: the 4-row 16-token calls are left out.
     capped = make_engine(llama, max_prefill_tokens=32)
     shapes, run = [], capped._run_prefill
-    capped._run_prefill = lambda w, chunks, rows, t, width: (shapes.append((rows, t)),
-                                                             run(w, chunks, rows, t, width))[1]
+
+    def recorded(w, chunks, rows, t, *rest):
+        shapes.append((rows, t))
+        return run(w, chunks, rows, t, *rest)
+
+    capped._run_prefill = recorded
     capped.warmup()
     assert set(shapes) == {(1, 8), (1, 16), (4, 8)}
 

@@ -1,0 +1,118 @@
+"""Grammar constraints on a turn's tokens: which tokens may come next, as a bitmask.
+
+A request may carry a `TokenConstraint`. Before each token of its turn the engine asks it for
+the allowed tokens as a bitmask (token t is allowed when bit t % 32 of word t // 32 is set),
+sets the logits of the others to -inf on device, samples, and tells the constraint the token
+drawn (`consume`). The token's log-probability is then under the masked distribution,
+softmax over the allowed tokens of logits / T: the distribution it was really drawn from.
+
+`Grammar` is such a constraint over llguidance's matcher (a JSON schema or a Lark grammar,
+compiled against the policy's tokenizer by a `GrammarCompiler`). llguidance was chosen over
+xgrammar, both measured on SmolLM2's 49,152-token vocabulary with a two-field JSON schema on
+the 2-core CPU: a mask took 0.056 ms (median) against xgrammar's 0.007, a grammar 13 ms against
+30, both far below a decode step (milliseconds to a tenth of a second here); but xgrammar
+requires torch, triton and transformers at run time and hands its masks over as torch tensors,
+and a JAX sampler on a TPU host should not carry torch. llguidance has no dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class ConstraintError(ValueError):
+    """A grammar that cannot be compiled, or a constrained turn that cannot go on."""
+
+
+def bitmask_words(vocab_size: int) -> int:
+    """int32 words of a bitmask over `vocab_size` tokens."""
+    return (vocab_size + 31) // 32
+
+
+class TokenConstraint(Protocol):
+    """The state of one turn's grammar (used by the engine's thread only)."""
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        """Writes the tokens allowed next into `out`, int32 [bitmask_words(vocab)]."""
+
+    def consume(self, token: int) -> None:
+        """Advances past `token`, which the last bitmask allowed."""
+
+    def reset(self) -> None:
+        """Back to the start of the turn (its tokens were discarded)."""
+
+
+class Grammar:
+    """llguidance's matcher for one turn: built by `GrammarCompiler`, used once."""
+
+    def __init__(self, matcher: Any):
+        self._matcher = matcher
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        import llguidance.numpy
+
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, out.reshape(1, -1))
+        if self._matcher.is_error():
+            raise ConstraintError(f"grammar failed: {self._matcher.get_error()}")
+        if not out.any():
+            raise ConstraintError("the grammar allows no token here")
+
+    def consume(self, token: int) -> None:
+        if not self._matcher.consume_token(int(token)):
+            raise ConstraintError(f"token {token} rejected by the grammar: "
+                                  f"{self._matcher.get_error()}")
+
+    def reset(self) -> None:
+        self._matcher.reset()
+
+    def is_accepting(self) -> bool:
+        """Whether the text so far is a complete sentence of the grammar."""
+        return bool(self._matcher.is_accepting())
+
+
+class GrammarCompiler:
+    """Builds `Grammar`s for one tokenizer (its llguidance view is built once: ~1 s for a
+    49k-token vocabulary).
+
+    Args:
+      tokenizer: the policy's HF tokenizer (a fast tokenizer).
+      vocab_size: the model's vocabulary (logits' width), at least the tokenizer's; ids the
+        tokenizer does not have are never allowed.
+      end_ids: the tokens that end a turn; the grammar allows them once it is complete.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int, end_ids: Sequence[int]):
+        import llguidance
+        import llguidance.hf
+
+        self.vocab_size = vocab_size
+        self._llg = llguidance
+        self._tokenizer = llguidance.hf.from_tokenizer(
+            tokenizer, n_vocab=vocab_size, eos_token=[int(i) for i in end_ids])
+
+    def json_schema(self, schema: dict[str, Any]) -> Grammar:
+        """A grammar of JSON documents valid under `schema`."""
+        return self.lark(self.json_schema_lark(schema))
+
+    @staticmethod
+    def json_schema_lark(schema: dict[str, Any]) -> str:
+        """`schema` as a Lark grammar (`start: %json {...}`), to combine with others."""
+        return "start: %json " + json.dumps(schema)
+
+    def lark(self, grammar: str) -> Grammar:
+        """A grammar in llguidance's Lark syntax; ConstraintError if it does not compile."""
+        source = self._llg.LLMatcher.grammar_from_lark(grammar)
+        ok, problem = self.check(source)
+        if not ok:
+            raise ConstraintError(problem)
+        return Grammar(self._llg.LLMatcher(self._tokenizer, source))
+
+    def check(self, source: str) -> tuple[bool, str]:
+        """(whether `source` compiles, the compiler's message)."""
+        is_error, messages = self._llg.LLMatcher.validate_grammar_with_warnings(
+            source, self._tokenizer)
+        return not is_error, "; ".join(messages)
