@@ -47,15 +47,23 @@ class TokenConstraint(Protocol):
 
 
 class Grammar:
-    """llguidance's matcher for one turn: built by `GrammarCompiler`, used once."""
+    """llguidance's matcher for one turn: built by `GrammarCompiler`, used once.
 
-    def __init__(self, matcher: Any):
-        self._matcher = matcher
+    Its masks cover the compiler's vocabulary; the words of a wider `out` (a model whose
+    logits outnumber the tokenizer's ids) stay 0: those ids are never allowed.
+    """
+
+    def __init__(self, matcher: Any, words: int):
+        self._matcher, self._words = matcher, words
 
     def fill_bitmask(self, out: np.ndarray) -> None:
         import llguidance.numpy
 
-        llguidance.numpy.fill_next_token_bitmask(self._matcher, out.reshape(1, -1))
+        if out.size < self._words:
+            raise ConstraintError(f"a bitmask of {out.size} words cannot hold the grammar's "
+                                  f"{self._words}: the tokenizer has more ids than the model")
+        out[self._words:] = 0
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, out[None, :self._words])
         if self._matcher.is_error():
             raise ConstraintError(f"grammar failed: {self._matcher.get_error()}")
         if not out.any():
@@ -80,19 +88,17 @@ class GrammarCompiler:
 
     Args:
       tokenizer: the policy's HF tokenizer (a fast tokenizer).
-      vocab_size: the model's vocabulary (logits' width), at least the tokenizer's; ids the
-        tokenizer does not have are never allowed.
       end_ids: the tokens that end a turn; the grammar allows them once it is complete.
     """
 
-    def __init__(self, tokenizer: Any, vocab_size: int, end_ids: Sequence[int]):
+    def __init__(self, tokenizer: Any, end_ids: Sequence[int]):
         import llguidance
         import llguidance.hf
 
-        self.vocab_size = vocab_size
         self._llg = llguidance
+        self._words = bitmask_words(len(tokenizer))
         self._tokenizer = llguidance.hf.from_tokenizer(
-            tokenizer, n_vocab=vocab_size, eos_token=[int(i) for i in end_ids])
+            tokenizer, n_vocab=len(tokenizer), eos_token=[int(i) for i in end_ids])
 
     def json_schema(self, schema: dict[str, Any]) -> Grammar:
         """A grammar of JSON documents valid under `schema`."""
@@ -103,13 +109,22 @@ class GrammarCompiler:
         """`schema` as a Lark grammar (`start: %json {...}`), to combine with others."""
         return "start: %json " + json.dumps(schema)
 
+    def literal(self, text: str) -> str:
+        """`text` as a Lark grammar writes it: a string, or the token `<[id]>` where the
+        tokenizer writes it as one token that llguidance treats as special (no string matches
+        such a token: Qwen2.5's and Hermes' `<tool_call>`)."""
+        ids = self._tokenizer.tokenize_str(text)
+        if len(ids) == 1 and self._tokenizer.is_special_token(ids[0]):
+            return f"<[{ids[0]}]>"
+        return json.dumps(text)
+
     def lark(self, grammar: str) -> Grammar:
         """A grammar in llguidance's Lark syntax; ConstraintError if it does not compile."""
         source = self._llg.LLMatcher.grammar_from_lark(grammar)
         ok, problem = self.check(source)
         if not ok:
             raise ConstraintError(problem)
-        return Grammar(self._llg.LLMatcher(self._tokenizer, source))
+        return Grammar(self._llg.LLMatcher(self._tokenizer, source), self._words)
 
     def check(self, source: str) -> tuple[bool, str]:
         """(whether `source` compiles, the compiler's message)."""

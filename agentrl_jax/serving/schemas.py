@@ -168,11 +168,6 @@ def refused_parameters(request: _Sampling) -> list[tuple[str, str]]:
         if request.top_logprobs:
             refused.append(("top_logprobs", "the engine returns the log-probability of the "
                             "sampled token only, not the most likely alternatives"))
-        if request.response_format and request.response_format.get("type") != "text":
-            refused.append(("response_format", "decoding is not constrained to a format"))
-        if request.parallel_tool_calls is False:
-            refused.append(("parallel_tool_calls", "the number of calls per turn is not "
-                            "constrained"))
     if isinstance(request, CompletionRequest):
         if request.logprobs:
             refused.append(("logprobs", "only logprobs=0 (the sampled tokens' log-"

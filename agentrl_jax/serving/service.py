@@ -24,6 +24,7 @@ from agentrl_jax.chat.conversation import Message, TemplateNotPrefixStableError
 from agentrl_jax.chat.tool_parsers import ParsedTurn, get_parser, partial_marker, settled_content
 from agentrl_jax.rollout.agent_loop import Generator
 from agentrl_jax.rollout.cross_policy import TRAINED_POLICY
+from agentrl_jax.sampling.constraint import ConstraintError, GrammarCompiler, TokenConstraint
 from agentrl_jax.sampling.engine import TokenCallback
 from agentrl_jax.sampling.types import (
     GenerateRequest,
@@ -31,7 +32,7 @@ from agentrl_jax.sampling.types import (
     SamplingParams,
     TokenEvent,
 )
-from agentrl_jax.serving import errors, schemas
+from agentrl_jax.serving import errors, grammars, schemas
 from agentrl_jax.serving.trajectories import Trajectory, TrajectoryBusyError, TrajectoryStore
 
 # Function names both parsers read back (glm4 writes the name bare on its own line).
@@ -131,6 +132,7 @@ class Prepared:
     evicted: list[str] = dataclasses.field(default_factory=list)  # sessions to end first
     parse: bool = False  # read tool calls out of the text
     chat: bool = True
+    constraints: list[TokenConstraint] | None = None  # one grammar per choice, or None
 
 
 class Service:
@@ -148,6 +150,38 @@ class Service:
         self.trajectories = TrajectoryStore(
             tokenizer, parser, self.end_of_turn_ids,
             {p: i for i, p in enumerate(policies)}, config.max_trajectories)
+
+    @functools.cached_property
+    def grammar_compiler(self) -> GrammarCompiler:
+        """Grammars over the policy's tokenizer (built on the first constrained request)."""
+        return GrammarCompiler(self.tokenizer, self.end_of_turn_ids)
+
+    def _constraints(self, request: schemas.ChatCompletionRequest,
+                     tools: list[dict[str, Any]] | None, trajectory_id: str | None
+                     ) -> list[TokenConstraint] | None:
+        """A grammar per choice for what the request constrains (`serving.grammars`), or None.
+
+        400 for a grammar that does not compile (a JSON schema llguidance cannot serve), and
+        for a constrained turn of a trajectory: the trainer scores tokens under the
+        unconstrained policy, so it would train on wrong importance ratios.
+        """
+        grammar = grammars.request_grammar(
+            self.parser_name, tools, request.tool_choice, request.parallel_tool_calls,
+            request.response_format, lambda text: self.grammar_compiler.literal(text))
+        if grammar is None:
+            return None
+        if trajectory_id is not None:
+            raise errors.bad_request(
+                "a trajectory's turns are trained, and the trainer scores tokens under the "
+                "unconstrained policy: constrained turns (strict tools, a required or named "
+                "tool_choice, parallel_tool_calls false, a JSON response_format) are not "
+                "recorded in trajectories", param="trajectory_id", code="constrained_trajectory")
+        try:
+            return [self.grammar_compiler.lark(grammar) for _ in range(request.n)]
+        except ConstraintError as e:
+            raise errors.bad_request(f"the requested format cannot be served: {e}",
+                                     param="response_format" if request.response_format
+                                     else "tools", code="invalid_schema") from e
 
     # ---- checks ----------------------------------------------------------------------------
 
@@ -195,7 +229,8 @@ class Service:
                 async with asyncio.TaskGroup() as group:
                     tasks = [group.create_task(self._generate(GenerateRequest(
                         prepared.prompt, p, prepared.policy,
-                        prepared.session_id if i == 0 else None),
+                        prepared.session_id if i == 0 else None,
+                        prepared.constraints[i] if prepared.constraints else None),
                         None if on_tokens is None else functools.partial(on_tokens, i)))
                         for i, p in enumerate(prepared.params)]
             except BaseExceptionGroup as failed:
@@ -274,13 +309,15 @@ class Service:
         messages = [_message(m, i) for i, m in enumerate(request.messages)]
         if trajectory_id is not None and request.n != 1:
             raise errors.bad_request("a trajectory is one token stream: n must be 1", param="n")
+        constraints = self._constraints(request, tools, trajectory_id)
         if trajectory_id is None:
             try:
                 prompt = self.trajectories.new_conversation(messages, tools).prompt_tokens()
             except (TemplateNotPrefixStableError, ValueError, TypeError) as e:
                 raise errors.bad_request(f"the messages cannot be rendered: {e}",
                                          param="messages") from e
-            return Prepared(prompt, self._all_params(request, prompt), policy, parse=parse)
+            return Prepared(prompt, self._all_params(request, prompt), policy, parse=parse,
+                            constraints=constraints)
         try:
             trajectory, evicted = self.trajectories.begin_turn(trajectory_id, messages, tools)
         except TrajectoryBusyError as e:
@@ -334,15 +371,13 @@ class Service:
 
     def _tools(self, request: schemas.ChatCompletionRequest) -> list[dict[str, Any]] | None:
         """The request's tools as the templates take them; 400 for those the parser cannot
-        serve and for a tool_choice the sampler cannot enforce."""
+        serve and for a tool_choice that names no tool."""
         choice = request.tool_choice
+        grammars.chosen_function(choice)   # 400 for a malformed choice
         if not request.tools:
             if choice not in (None, "none", "auto"):
                 raise errors.bad_request("tool_choice needs tools", param="tool_choice")
             return None
-        if choice not in (None, "auto", "none"):
-            raise errors.unsupported("tool_choice", "only 'auto' and 'none': decoding is not "
-                                     "constrained, so a call cannot be forced")
         seen: set[str] = set()
         out = []
         for i, tool in enumerate(request.tools):
@@ -356,11 +391,6 @@ class Service:
                     f"tool name {fn.name!r} cannot be served: names must be unique and match "
                     f"{TOOL_NAME.pattern} for the {self.parser_name} parser to read calls back",
                     param=f"{where}.function.name", code="invalid_tool_schema")
-            if fn.strict:
-                raise errors.bad_request("strict tool schemas cannot be served: calls are "
-                                         "parsed, not constrained to the schema",
-                                         param=f"{where}.function.strict",
-                                         code="invalid_tool_schema")
             if fn.parameters is not None and fn.parameters.get("type", "object") != "object":
                 raise errors.bad_request("tool parameters must be a JSON schema of type "
                                          "'object'", param=f"{where}.function.parameters",

@@ -140,11 +140,11 @@ def tokenizer():
 
 
 def test_a_random_model_under_a_json_schema_writes_valid_documents(tokenizer):
-    vocab = len(tokenizer) + 16   # the model's vocabulary may be wider than the tokenizer's
+    vocab = len(tokenizer) + 64   # the model's vocabulary may be wider than the tokenizer's
     model = tiny_model("llama", vocab_size=vocab)
     engine = make_engine(model, max_context=128, num_pages=128, context_buckets=(64,))
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    compiler = GrammarCompiler(tokenizer, vocab, [end])
+    compiler = GrammarCompiler(tokenizer, [end])
     prompt = tokenizer.encode("Where to? Answer in JSON.", add_special_tokens=False)
     params = SamplingParams(temperature=1.0, max_new_tokens=40, stop_token_ids=[end])
     requests = [GenerateRequest(prompt, dataclass_seed(params, s),
@@ -158,7 +158,7 @@ def test_a_random_model_under_a_json_schema_writes_valid_documents(tokenizer):
 
 
 def test_a_schema_that_does_not_compile_is_refused(tokenizer):
-    compiler = GrammarCompiler(tokenizer, len(tokenizer), [0])
+    compiler = GrammarCompiler(tokenizer, [0])
     with pytest.raises(ConstraintError):
         compiler.lark("start: undefined_rule")
     mask = np.zeros(bitmask_words(len(tokenizer)), np.int32)

@@ -132,7 +132,6 @@ def test_logprobs_come_with_the_text_when_included(client):
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
      "input[0].content[0]"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-    ({"text": {"format": {"type": "json_object"}}}, "response_format"),
     ({"reasoning": {"effort": "high"}}, "reasoning"),
 ])
 def test_what_a_stateless_server_cannot_do_is_refused_by_name(client, change, param):
