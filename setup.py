@@ -121,6 +121,9 @@ EXTRAS_REQUIRE = {
     # that only its model handlers import); its data, AST checker and multi-turn simulated
     # APIs need only mpmath besides the standard library.
     "bfcl": ["mpmath==1.3.0"],
+    # The agent frameworks the serving tests drive against our server (tests/frameworks).
+    "frameworks": ["openai-agents==0.24.0", "langchain-openai==1.7.4", "langchain-core==1.8.3",
+                   "smolagents==1.26.0"],
 }
 
 setup(
