@@ -1,5 +1,5 @@
 """The OpenAI-compatible server against the engine called in process, and against transformers'
-`generate`, on SmolLM2-135M-Instruct (issue #32).
+`generate`, on SmolLM2-135M-Instruct; and grammar-constrained decoding against unconstrained.
 
 One engine (the model-zoo's `smollm2-135m-instruct`, loaded by the project's own code) serves
 every phase, at 1, 8 and 32 concurrent clients, in the same run:
@@ -10,6 +10,9 @@ every phase, at 1, 8 and 32 concurrent clients, in the same run:
               not hold the server's interpreter lock) POST the chat requests to a real uvicorn
               server on 127.0.0.1, non-streamed
   stream      the same with `stream=True` (text arrives at each host sync)
+  constrained the inprocess phase with every request under a JSON-schema grammar whose string
+              outlasts the turn, so that every token is drawn under a mask (one decode step a
+              device call, masks computed on the host)
   hf          transformers' own `generate` on the same weights and prompt tokens, the C
               clients' k-th requests as one left-padded batch (its static batching), if
               transformers and torch are installed
@@ -23,7 +26,10 @@ round's latencies): on a shared machine the least disturbed one.
 
 Figures (benchmarks/results/serving.json, flat, plus the machine):
   tok_s_{inprocess,serving,stream,hf}_C   sampled tokens / wall seconds of the phase
-  serving_vs_inprocess_C                  serving / inprocess (issue #32's target: >= 0.9 at 32)
+  serving_vs_inprocess_C                  serving / inprocess (target: >= 0.9 at 32)
+  constrained_vs_inprocess_C              constrained / inprocess (target: >= 0.8 at 32)
+  ttft_p50_constrained_C                  submit -> the first token event, under a grammar
+  grammar_ms_C                            building one request's grammar (host), milliseconds
   stream_vs_inprocess_C, serving_vs_hf_C  the same for streaming, and against transformers
   ttft_p50_stream_C, ttft_p99_stream_C    request sent -> its first text chunk, seconds
   ttft_p50_C, ttft_p99_C                  non-streamed: request sent -> the response (the first
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -217,6 +224,23 @@ def run_inprocess(engine: Any, per_client: list[list[Any]]) -> dict[str, Any]:
     return asyncio.run(inprocess_phase(engine, per_client))
 
 
+# A document that outlasts the turn: every token of it is drawn under the grammar's mask.
+CONSTRAINT_SCHEMA = {"type": "object", "required": ["answer"], "additionalProperties": False,
+                     "properties": {"answer": {"type": "string", "minLength": 1000}}}
+
+
+def run_constrained(engine: Any, per_client: list[list[Any]], compiler: Any) -> dict[str, Any]:
+    """The in-process phase with each request under a fresh JSON-schema grammar (built before
+    the clock starts; `grammar_ms` is the cost of one)."""
+    start = time.perf_counter()
+    constrained = [[dataclasses.replace(r, constraint=compiler.json_schema(CONSTRAINT_SCHEMA))
+                    for r in requests] for requests in per_client]
+    built = time.perf_counter()
+    run = asyncio.run(inprocess_phase(engine, constrained))
+    run["grammar_ms"] = 1000 * (built - start) / sum(map(len, constrained))
+    return run
+
+
 def hf_phase(hf_model: Any, tokenizer: Any, per_client: list[list[list[int]]],
              new_tokens: int, eos: int) -> dict[str, Any]:
     """transformers' `generate`, greedy: the clients' k-th prompts as one left-padded batch.
@@ -259,7 +283,10 @@ def summarize(name: str, concurrency: int, phase: dict[str, Any], figures: dict[
     for key in ("prefill_calls", "decode_chunks"):
         figures[f"{key}_{name}_{concurrency}"] = phase[key]
     ttft = [r["ttft"] for r in requests]
-    suffix = {"serving": "", "stream": "_stream", "inprocess": "_inprocess"}[name]
+    suffix = {"serving": "", "stream": "_stream", "inprocess": "_inprocess",
+              "constrained": "_constrained"}[name]
+    if "grammar_ms" in phase:
+        figures[f"grammar_ms_{concurrency}"] = phase["grammar_ms"]
     figures[f"ttft_p50{suffix}_{concurrency}"] = percentile(ttft, 0.5)
     figures[f"ttft_p99{suffix}_{concurrency}"] = percentile(ttft, 0.99)
     figures[f"latency_p50_{name}_{concurrency}"] = percentile([r["latency"] for r in requests],
@@ -315,7 +342,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = engine_config(max(levels), 128)
     engine, _ = make_engine(policy.model, config, tokenizer, {})
     t = time.perf_counter()
-    engine.engine.warmup()
+    engine.engine.warmup(constrained=True)
     print(f"engine warm-up (compiles every shape): {time.perf_counter() - t:.1f} s")
     service = Service(engine, tokenizer, "hermes", policy.end_of_turn_ids,
                       ServerConfig(models={SERVED_NAME: "current"},
@@ -349,6 +376,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             figures[f"requests_{c}"] = c * k
             best: dict[str, dict[str, Any]] = {}
             phases = {"inprocess": functools.partial(run_inprocess, engine, requests),
+                      "constrained": functools.partial(run_constrained, engine, requests,
+                                                       service.grammar_compiler),
                       "serving": functools.partial(run_clients, server.url, per_client, False),
                       "stream": functools.partial(run_clients, server.url, per_client, True)}
             for _ in range(args.rounds):  # interleaved: a burst of load hits every phase
@@ -362,6 +391,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             base = figures[f"tok_s_inprocess_{c}"]
             figures[f"serving_vs_inprocess_{c}"] = figures[f"tok_s_serving_{c}"] / base
             figures[f"stream_vs_inprocess_{c}"] = figures[f"tok_s_stream_{c}"] / base
+            figures[f"constrained_vs_inprocess_{c}"] = figures[f"tok_s_constrained_{c}"] / base
             for name, key in (("serving", "added_latency_ms"),
                               ("stream", "added_latency_stream_ms")):
                 figures[f"{key}_{c}"] = 1000 * (figures[f"latency_p50_{name}_{c}"]
@@ -378,10 +408,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{figures[f'tok_s_serving_{c}']:.1f} "
                     f"({figures[f'serving_vs_inprocess_{c}']:.2f}x), streamed "
                     f"{figures[f'tok_s_stream_{c}']:.1f} "
-                    f"({figures[f'stream_vs_inprocess_{c}']:.2f}x){hf}; TTFT p50 stream "
+                    f"({figures[f'stream_vs_inprocess_{c}']:.2f}x), constrained "
+                    f"{figures[f'tok_s_constrained_{c}']:.1f} "
+                    f"({figures[f'constrained_vs_inprocess_{c}']:.2f}x){hf}; TTFT p50 stream "
                     f"{figures[f'ttft_p50_stream_{c}']:.3f} s / whole "
                     f"{figures[f'ttft_p50_{c}']:.3f} s / in-process "
-                    f"{figures[f'ttft_p50_inprocess_{c}']:.3f} s; added latency p50 "
+                    f"{figures[f'ttft_p50_inprocess_{c}']:.3f} s / constrained "
+                    f"{figures[f'ttft_p50_constrained_{c}']:.3f} s; added latency p50 "
                     f"{figures[f'added_latency_ms_{c}']:.0f} ms")
             print(line, flush=True)
             lines.append(line)
