@@ -159,6 +159,10 @@ def decode_chunk(
     pos = jnp.minimum(first[:, None] + jnp.arange(num_steps)[None, :], width * page_size - 1)
     page = jnp.take_along_axis(page_table, pos // page_size, axis=1)
     write = jnp.where(emitted, page * page_size + pos % page_size, 0)
+    # As in `prefill`: the scatter must follow every layer's context read, or XLA copies the
+    # whole pool. The scan's loop orders them when it has several steps; a one-step scan is
+    # unrolled, so a dependency on the sampled log-probabilities (isnan: never true) does.
+    write = write + jnp.isnan(out_logprobs[-1, 0]).astype(write.dtype)
     pool = write_kv(pool, write, jnp.stack(side_k), jnp.stack(side_v))
     return pool, out_tokens, out_logprobs, emitted.T
 
