@@ -156,8 +156,7 @@ class Service:
         """Grammars over the policy's tokenizer (built on the first constrained request)."""
         return GrammarCompiler(self.tokenizer, self.end_of_turn_ids)
 
-    def _constraints(self, request: schemas.ChatCompletionRequest,
-                     tools: list[dict[str, Any]] | None, trajectory_id: str | None
+    def _constraints(self, request: schemas.ChatCompletionRequest, trajectory_id: str | None
                      ) -> list[TokenConstraint] | None:
         """A grammar per choice for what the request constrains (`serving.grammars`), or None.
 
@@ -165,8 +164,11 @@ class Service:
         for a constrained turn of a trajectory: the trainer scores tokens under the
         unconstrained policy, so it would train on wrong importance ratios.
         """
+        # The tools as sent (`_tools` has checked them), `strict` included.
+        functions = [{"type": "function", "function": t.function.model_dump(exclude_none=True)}
+                     for t in request.tools or ()]
         grammar = grammars.request_grammar(
-            self.parser_name, tools, request.tool_choice, request.parallel_tool_calls,
+            self.parser_name, functions, request.tool_choice, request.parallel_tool_calls,
             request.response_format, lambda text: self.grammar_compiler.literal(text))
         if grammar is None:
             return None
@@ -309,7 +311,7 @@ class Service:
         messages = [_message(m, i) for i, m in enumerate(request.messages)]
         if trajectory_id is not None and request.n != 1:
             raise errors.bad_request("a trajectory is one token stream: n must be 1", param="n")
-        constraints = self._constraints(request, tools, trajectory_id)
+        constraints = self._constraints(request, trajectory_id)
         if trajectory_id is None:
             try:
                 prompt = self.trajectories.new_conversation(messages, tools).prompt_tokens()
@@ -396,7 +398,10 @@ class Service:
                                          "'object'", param=f"{where}.function.parameters",
                                          code="invalid_tool_schema")
             seen.add(fn.name)
-            out.append({"type": "function", "function": fn.model_dump(exclude_none=True)})
+            # `strict` instructs the sampler (`_constraints`), not the model: the prompt is the
+            # same with it or without.
+            out.append({"type": "function",
+                        "function": fn.model_dump(exclude_none=True, exclude={"strict"})})
         return out
 
 

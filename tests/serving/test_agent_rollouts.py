@@ -101,11 +101,14 @@ def test_an_agent_that_keeps_failing_stops_the_run(tokenizer):
         _train(tokenizer, config, "http://127.0.0.1:9/api")
 
 
-@pytest.mark.slow  # ~3 min here: the first train step compiles
-def test_the_example_agent_trains_end_to_end(tokenizer, db_fleet):
+@pytest.mark.slow  # ~3 min each here: the first train step compiles
+@pytest.mark.parametrize("example", ["openai_agent", "langchain_agent", "openai_agents_sdk"])
+def test_the_example_agent_trains_end_to_end(tokenizer, db_fleet, example):
+    if example != "openai_agent":
+        pytest.importorskip("langchain_openai")   # the `frameworks` extra
     config = agent_rollouts.default_config()
     config.update(agents=2, episode_timeout_s=300.0,
-                  command=("{python}", str(REPO / "examples" / "openai_agent" / "agent.py")))
+                  command=("{python}", str(REPO / "examples" / example / "agent.py")))
     rollouts, reports, recorder, versions = _train(tokenizer, config, db_fleet.url)
     assert [r.step for r in reports] == list(range(1, STEPS + 1))
     assert versions[TRAINED_POLICY] == STEPS  # the served weights changed version each step

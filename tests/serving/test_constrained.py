@@ -149,3 +149,14 @@ def test_a_schema_the_grammar_library_cannot_serve_is_400(client):
             model="tiny-text", messages=ASK,
             response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": odd}})
     assert refused.value.body["code"] == "invalid_schema"
+
+
+def test_strict_changes_the_sampling_not_the_prompt(client):
+    """A strict tool is rendered as the same tool without `strict`: agents that send
+    `strict: false` (the Agents SDK's non-strict tools) see the environment's prompt."""
+    loose = {"type": "function", "function": {
+        k: v for k, v in PLAN_TRIP["function"].items() if k != "strict"}}
+    prompts = [client.chat.completions.create(
+        model="tiny-text", messages=ASK, tools=[tool], tool_choice="none", max_tokens=1
+    ).model_extra["agentrl"]["prompt_token_ids"] for tool in (PLAN_TRIP, loose)]
+    assert prompts[0] == prompts[1]
