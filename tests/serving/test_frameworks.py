@@ -82,3 +82,16 @@ def test_smolagents_tool_calling_agent(server):
     steps = [s for s in agent.memory.steps if isinstance(s, smolagents.ActionStep)]
     assert CALLS and set(CALLS) <= {"Paris", "Rome", "Oslo"}
     assert all(s.error is None for s in steps if s.tool_calls)
+
+
+def test_the_smolagents_example_records_its_trajectory(server):
+    from examples.smolagents_agent.agent import play
+
+    ended = play(f"{server.url}/v1", "none", "tiny-agent", 17, 23, "smolagents-1", max_steps=2,
+                 max_tokens=64, system_prompt="Answer with the tools.")
+    rollouts = [r for r in server.service.trajectories.pop_finished()
+                if r.metrics["trajectory_id"] == "smolagents-1"]
+    assert rollouts and all(r.reward == ended["reward"] == 0.0 for r in rollouts)
+    # tiny-agent calls a tool smolagents does not have; the next call outgrows the 512-token
+    # context and ends the episode, unanswered; the turns sampled are recorded.
+    assert sum(r.num_turns for r in rollouts) >= 1
