@@ -8,7 +8,8 @@ the text the policy writes, in its tool-call format. Only the Hermes format is c
   tool_choice "required"     one or more calls (one with parallel_tool_calls false)
   tool_choice {function}     one call of that function
   tool_choice "auto"         an answer, or any text and then calls; "<tool_call>" opens a call
-                             that must be well formed, so an answer never contains it. Built
+                             that must be well formed, so an answer never contains it (with a
+                             JSON answer, the text before calls does not begin with "{"). Built
                              only when something else constrains: a strict tool, parallel
                              calls off, or a response_format
   tool_choice "none"         tools play no part
@@ -117,13 +118,17 @@ def request_grammar(parser: str, tools: Sequence[dict[str, Any]] | None,
     ]
     if forced:
         lines.insert(0, f"start: call{more}")
-    elif open_tag.startswith("<"):   # a token: no text contains it
-        lines[:0] = [f"start: answer | TEXT call{more}", f"answer: {answer or 'TEXT'}",
-                     "TEXT: /(?s:.*)/"]
-    else:   # an answer, or text up to the first opening tag and then calls
-        lines[:0] = [f"start: answer | lead call_body{more}",
-                     f"answer: {answer}" if answer is not None else "answer: ANSWER",
-                     f"lead[lazy]: TEXT {open_tag}", "TEXT: /(?s:.*)/"]
-        if answer is None:
-            lines.append(f"ANSWER: {_NO_CALL}")
+    else:
+        # Text before calls; beside a JSON answer it cannot begin with "{" (llguidance's
+        # lexer could not tell the two apart, and the JSON answer would be lost).
+        text = "/(?s:.*)/" if answer is None else "/([^{](?s:.*))?/"
+        if open_tag.startswith("<"):   # a token: no text contains it
+            lines[:0] = [f"start: answer | TEXT call{more}",
+                         f"answer: {answer or '/(?s:.*)/'}", f"TEXT: {text}"]
+        else:   # an answer, or text up to the first opening tag and then calls
+            lines[:0] = [f"start: answer | lead call_body{more}",
+                         f"answer: {answer or 'ANSWER'}",
+                         f"lead[lazy]: TEXT {open_tag}", f"TEXT: {text}"]
+            if answer is None:
+                lines.append(f"ANSWER: {_NO_CALL}")
     return "\n".join(lines) + "\n"
