@@ -52,6 +52,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         ("integer", "max_trajectories", 1024, "Open trajectories kept (LRU beyond)."),
         ("integer", "drain_s", 60, "On SIGTERM, seconds to let requests in flight finish."),
         ("bool", "warmup", True, "Compile every engine shape before accepting requests."),
+        ("bool", "warmup_constrained", False, "With --warmup, also compile the programs of "
+         "grammar-constrained requests (strict tools, forced calls, JSON formats); otherwise "
+         "the first such request of each shape compiles them."),
         ("list", "adapters", [], "LoRA adapters served as their own model names: NAME=DIR,... "
          "(PEFT directories over the checkpoint's model, all of one rank and targets)."),
     ]
@@ -126,7 +129,8 @@ def parse_adapters(entries: Sequence[str]) -> dict[str, str]:
 
 def build(checkpoint: str, step: int | None, parser: str | None, model_name: str | None,
           engine_overrides: dict[str, Any], server: dict[str, Any], warmup: bool = True,
-          adapters: dict[str, str] | None = None) -> tuple[Any, Any, str]:
+          adapters: dict[str, str] | None = None, warmup_constrained: bool = False
+          ) -> tuple[Any, Any, str]:
     """(app, engine, model name): the FastAPI app serving the checkpoint, and its engine (to
     close once the server has stopped)."""
     import pathlib
@@ -146,7 +150,7 @@ def build(checkpoint: str, step: int | None, parser: str | None, model_name: str
     config = engine_config(run, engine_overrides)
     async_engine, served = make_engine(policy.model, config, tokenizer, adapters or {})
     if warmup:
-        async_engine.engine.warmup()
+        async_engine.engine.warmup(constrained=warmup_constrained)
     name = model_name or pathlib.Path(resolved.run_dir or resolved.model_dir).name
     if resolved.step is not None and model_name is None:
         name = f"{name}-step{resolved.step}"
@@ -156,6 +160,8 @@ def build(checkpoint: str, step: int | None, parser: str | None, model_name: str
                       ServerConfig(models={name: "current", **served},
                                    max_context=config.max_context,
                                    **server))
+    if warmup and warmup_constrained:
+        service.build_grammar_compiler()
     return create_app(service), async_engine, name
 
 
@@ -175,7 +181,7 @@ def main(argv: Sequence[str]) -> None:
         dict(api_key=api, default_max_tokens=FLAGS.default_max_tokens, max_n=FLAGS.max_n,
              max_concurrent=FLAGS.max_concurrent, max_body_bytes=FLAGS.max_body_bytes,
              max_trajectories=FLAGS.max_trajectories), warmup=FLAGS.warmup,
-        adapters=parse_adapters(FLAGS.adapters))
+        adapters=parse_adapters(FLAGS.adapters), warmup_constrained=FLAGS.warmup_constrained)
     log.info("serving %s at http://%s:%d/v1%s", name, FLAGS.host, FLAGS.port,
              " (API key required)" if api else "")
     # uvicorn handles SIGTERM and SIGINT: it stops accepting, lets the requests in flight end
