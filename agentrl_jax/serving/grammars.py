@@ -122,7 +122,7 @@ def request_grammar(parser: str, tools: Sequence[dict[str, Any]] | None,
         # Text before calls; beside a JSON answer it cannot begin with "{" (llguidance's
         # lexer could not tell the two apart, and the JSON answer would be lost).
         text = "/(?s:.*)/" if answer is None else "/([^{](?s:.*))?/"
-        if open_tag.startswith("<"):   # a token: no text contains it
+        if open_tag.startswith("<["):   # a token: no text contains it
             lines[:0] = [f"start: answer | TEXT call{more}",
                          f"answer: {answer or '/(?s:.*)/'}", f"TEXT: {text}"]
         else:   # an answer, or text up to the first opening tag and then calls
