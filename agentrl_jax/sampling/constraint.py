@@ -77,10 +77,6 @@ class Grammar:
     def reset(self) -> None:
         self._matcher.reset()
 
-    def is_accepting(self) -> bool:
-        """Whether the text so far is a complete sentence of the grammar."""
-        return bool(self._matcher.is_accepting())
-
 
 class GrammarCompiler:
     """Builds `Grammar`s for one tokenizer (its llguidance view is built once: ~1 s for a
@@ -102,12 +98,7 @@ class GrammarCompiler:
 
     def json_schema(self, schema: dict[str, Any]) -> Grammar:
         """A grammar of JSON documents valid under `schema`."""
-        return self.lark(self.json_schema_lark(schema))
-
-    @staticmethod
-    def json_schema_lark(schema: dict[str, Any]) -> str:
-        """`schema` as a Lark grammar (`start: %json {...}`), to combine with others."""
-        return "start: %json " + json.dumps(schema)
+        return self.lark("start: %json " + json.dumps(schema))
 
     def literal(self, text: str) -> str:
         """`text` as a Lark grammar writes it: a string, or the token `<[id]>` where the
@@ -120,14 +111,9 @@ class GrammarCompiler:
 
     def lark(self, grammar: str) -> Grammar:
         """A grammar in llguidance's Lark syntax; ConstraintError if it does not compile."""
-        source = self._llg.LLMatcher.grammar_from_lark(grammar)
-        ok, problem = self.check(source)
-        if not ok:
-            raise ConstraintError(problem)
-        return Grammar(self._llg.LLMatcher(self._tokenizer, source), self._words)
-
-    def check(self, source: str) -> tuple[bool, str]:
-        """(whether `source` compiles, the compiler's message)."""
-        is_error, messages = self._llg.LLMatcher.validate_grammar_with_warnings(
-            source, self._tokenizer)
-        return not is_error, "; ".join(messages)
+        matcher = self._llg.LLMatcher(self._tokenizer,
+                                      self._llg.LLMatcher.grammar_from_lark(grammar),
+                                      log_level=0)
+        if matcher.is_error():   # it compiles the grammar once, here
+            raise ConstraintError(matcher.get_error())
+        return Grammar(matcher, self._words)
