@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             best: dict[str, dict[str, Any]] = {}
             phases = {"inprocess": functools.partial(run_inprocess, engine, requests),
                       "constrained": functools.partial(run_constrained, engine, requests,
-                                                       service.grammar_compiler),
+                                                       service.grammar_compiler()),
                       "serving": functools.partial(run_clients, server.url, per_client, False),
                       "stream": functools.partial(run_clients, server.url, per_client, True)}
             for _ in range(args.rounds):  # interleaved: a burst of load hits every phase

@@ -161,7 +161,7 @@ def build(checkpoint: str, step: int | None, parser: str | None, model_name: str
                                    max_context=config.max_context,
                                    **server))
     if warmup and warmup_constrained:
-        service.build_grammar_compiler()
+        service.grammar_compiler()
     return create_app(service), async_engine, name
 
 

@@ -150,16 +150,14 @@ class Service:
         self.trajectories = TrajectoryStore(
             tokenizer, parser, self.end_of_turn_ids,
             {p: i for i, p in enumerate(policies)}, config.max_trajectories)
+        self._grammar_compiler: GrammarCompiler | None = None
 
-    @functools.cached_property
     def grammar_compiler(self) -> GrammarCompiler:
-        """Grammars over the policy's tokenizer (built on the first constrained request)."""
-        return GrammarCompiler(self.tokenizer, self.end_of_turn_ids)
-
-    def build_grammar_compiler(self) -> None:
-        """Builds `grammar_compiler` now (~1 s for a 49k-token vocabulary), not on the first
-        constrained request."""
-        assert self.grammar_compiler is not None
+        """Grammars over the policy's tokenizer, built on the first call (~1 s for a 49k-token
+        vocabulary): the first constrained request, or a warm-up."""
+        if self._grammar_compiler is None:
+            self._grammar_compiler = GrammarCompiler(self.tokenizer, self.end_of_turn_ids)
+        return self._grammar_compiler
 
     def _constraints(self, request: schemas.ChatCompletionRequest, trajectory_id: str | None
                      ) -> list[TokenConstraint] | None:
@@ -174,7 +172,7 @@ class Service:
                      for t in request.tools or ()]
         grammar = grammars.request_grammar(
             self.parser_name, functions, request.tool_choice, request.parallel_tool_calls,
-            request.response_format, lambda text: self.grammar_compiler.literal(text))
+            request.response_format, lambda text: self.grammar_compiler().literal(text))
         if grammar is None:
             return None
         if trajectory_id is not None:
@@ -184,7 +182,7 @@ class Service:
                 "tool_choice, parallel_tool_calls false, a JSON response_format) are not "
                 "recorded in trajectories", param="trajectory_id", code="constrained_trajectory")
         try:
-            return [self.grammar_compiler.lark(grammar) for _ in range(request.n)]
+            return [self.grammar_compiler().lark(grammar) for _ in range(request.n)]
         except ConstraintError as e:
             raise errors.bad_request(f"the requested format cannot be served: {e}",
                                      param="response_format" if request.response_format

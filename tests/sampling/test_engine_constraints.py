@@ -2,6 +2,7 @@
 the masked distribution, unconstrained turns beside them unchanged, a broken grammar failing
 its turn alone; and llguidance's JSON-schema grammar on a real tokenizer."""
 
+import dataclasses
 import json
 
 import jax.numpy as jnp
@@ -147,7 +148,7 @@ def test_a_random_model_under_a_json_schema_writes_valid_documents(tokenizer):
     compiler = GrammarCompiler(tokenizer, [end])
     prompt = tokenizer.encode("Where to? Answer in JSON.", add_special_tokens=False)
     params = SamplingParams(temperature=1.0, max_new_tokens=40, stop_token_ids=[end])
-    requests = [GenerateRequest(prompt, dataclass_seed(params, s),
+    requests = [GenerateRequest(prompt, dataclasses.replace(params, seed=s),
                                 constraint=compiler.json_schema(SCHEMA)) for s in range(6)]
     for result in engine.generate(requests):
         assert result.tokens[-1] == end and result.finish_reason == "stop"
@@ -164,12 +165,6 @@ def test_a_schema_that_does_not_compile_is_refused(tokenizer):
     mask = np.zeros(bitmask_words(len(tokenizer)), np.int32)
     compiler.json_schema({"type": "integer"}).fill_bitmask(mask)
     assert mask.any()
-
-
-def dataclass_seed(params: SamplingParams, seed: int) -> SamplingParams:
-    import dataclasses
-
-    return dataclasses.replace(params, seed=seed)
 
 
 def test_bitmask_unpacking_matches_numpy():
