@@ -9,6 +9,7 @@ replicated rather than failing: SmolLM2 has 3 kv heads, a tensor axis of 4 canno
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from flax import nnx
@@ -85,6 +86,22 @@ def state_shardings(state: nnx.State, mesh: Mesh, rules: Rules = DEFAULT_RULES):
         state,
         is_leaf=lambda x: isinstance(x, nnx.Variable),
     )
+
+
+def abstract_on(tree: Any, shardings: Any = None) -> Any:
+    """`tree`'s arrays (concrete or `jax.ShapeDtypeStruct`s) as ShapeDtypeStructs on
+    `shardings`: one sharding for every leaf, a tree of them shaped like `tree`, or None. What
+    an ahead-of-time compilation lowers on, allocating nothing."""
+    if shardings is None or isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), tree)
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def is_abstract(tree: Any) -> bool:
+    """Whether `tree` holds shapes (`jax.ShapeDtypeStruct`) rather than arrays."""
+    return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(tree))
 
 
 def shard_model(model: nnx.Module, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> nnx.Module:

@@ -58,21 +58,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from agentrl_jax import stage_clock
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.parallel import sharding as sharding_lib
-from agentrl_jax.sampling.constraint import ConstraintError, bitmask_words
+from agentrl_jax.sampling.constraint import ConstraintError
 from agentrl_jax.sampling.decode_plan import DecodePlanner, call_tokens_of
-from agentrl_jax.sampling.forward import POOL_AXES, KVPool
 from agentrl_jax.sampling.kv_pages import PagedKVManager, Session
 from agentrl_jax.sampling.prefill_plan import PrefillPlanner, bucket_of
 from agentrl_jax.sampling.prefix_cache import PrefixNode
-from agentrl_jax.sampling.steps import RowParams, compile_steps
+from agentrl_jax.sampling.programs import SamplerPrograms
 from agentrl_jax.sampling.types import (
     FinishReason,
     GenerateRequest,
@@ -85,7 +83,6 @@ from agentrl_jax.sampling.weights import (
     Weights,
     place_weights,
     split_layers,
-    split_shardings,
     weight_shardings,
     weights_of,
 )
@@ -273,11 +270,9 @@ class SamplingEngine:
         self.config = config
         self.decode_fn = decode_fn
         self._graphdef = nnx.graphdef(model)
-        self._mesh = mesh
-        self._weight_shardings = weight_shardings(model, mesh, rules)
-        self._split = jax.jit(
-            split_layers, out_shardings=split_shardings(self._weight_shardings, self.cfg.num_layers)
-        )
+        self._programs = SamplerPrograms(self.cfg, config, mesh,
+                                         weight_shardings(model, mesh, rules), rules)
+        self._split = jax.jit(split_layers, out_shardings=self._programs.split_shardings)
         self._prefill_buckets, self._context_buckets, self._batch_buckets = (
             config.sorted_buckets()
         )
@@ -293,21 +288,8 @@ class SamplingEngine:
             decode_call_tokens = call_tokens_of(weight_bytes, kv_bytes)
         self._decode_planner = DecodePlanner(self._context_buckets, self._batch_buckets,
                                              decode_call_tokens)
-        cache_sharding = None
-        cache = KVPool.zeros(self.cfg, config.num_pages * config.page_size, config.page_size)
-        if mesh is not None:
-            spec = sharding_lib.logical_to_spec(POOL_AXES, rules, mesh, cache.k.shape)
-            cache_sharding = NamedSharding(mesh, spec)
-            self._replicated = NamedSharding(mesh, PartitionSpec())
-            cache = jax.device_put(cache, cache_sharding)
-        self._cache = cache
-        self._prefill, self._decode = compile_steps(
-            self.cfg, config.page_size, config.steps_per_sync, cache_sharding
-        )
-        # Constrained turns decode one step a call (their next mask needs the token drawn).
-        self._decode_one = self._decode if config.steps_per_sync == 1 else compile_steps(
-            self.cfg, config.page_size, 1, cache_sharding)[1]
-        self._mask_words = bitmask_words(self.cfg.vocab_size)
+        self._cache = self._programs.new_pool()
+        self._mask_words = self._programs.mask_words
         self.pages = PagedKVManager(config.num_pages, config.page_size, config.prefix_cache)
         self._policies: dict[str, PolicyWeights] = {}
         self._serials = itertools.count()
@@ -330,7 +312,7 @@ class SamplingEngine:
             if isinstance(params, nnx.State):
                 params = nnx.merge(self._graphdef, params)
             weights = weights_of(params) if isinstance(params, Decoder) else params
-            weights = place_weights(weights, self._weight_shardings)
+            weights = place_weights(weights, self._programs.weight_shardings)
             weights = self._split(weights)
             if stage_clock.enabled():   # timed to its end, not to its dispatch
                 jax.block_until_ready(weights)
@@ -507,8 +489,8 @@ class SamplingEngine:
     # ---- compilation ---------------------------------------------------------------------
 
     def num_compiled(self) -> int:
-        """Compiled variants of the two device programs so far."""
-        return self._prefill._cache_size() + self._decode.num_compiled()
+        """Compiled variants of the device programs so far."""
+        return self._programs.num_compiled()
 
     def warmup(self, constrained: bool = False) -> None:
         """Compiles every bucket shape, so traffic afterwards never compiles; `constrained`:
@@ -518,38 +500,26 @@ class SamplingEngine:
         requests would wait behind them and be timed with them.
         """
         weights = next(iter(self._policies.values())).weights
-        page = self.config.page_size
-        for rows in self._prefill_rows:
-            for t in self._prefill_buckets:
-                if not self.config.prefill_call_fits(rows, t):
-                    continue
-                for c in (0, *self._context_buckets):
-                    for masked in {False, constrained}:
-                        self._run_prefill(weights, [], rows, t, c // page, masked)
-        for b in self._batch_buckets:
-            for c in self._context_buckets:
-                for masked in {False, constrained}:
-                    self._run_decode(weights, [], b, c // page, masked)
+        for call in self._programs.calls(constrained):
+            if call.kind == "prefill":
+                self._run_prefill(weights, [], call.rows, call.length, call.width, call.masked)
+            else:
+                self._run_decode(weights, [], call.rows, call.width, call.masked)
         # Every call takes the KV pool the previous one returned: the last pool ready, all ran.
         jax.block_until_ready(self._cache)
 
     # ---- internals -----------------------------------------------------------------------
 
-    def _row_params(self, turns: Sequence[_Turn], rows: int) -> RowParams:
-        n_stop = self.config.max_stop_ids
-        temperature = np.ones(rows, np.float32)
-        top_k = np.zeros(rows, np.int32)
-        top_p = np.ones(rows, np.float32)
-        seed = np.zeros(rows, np.uint32)
-        stop_ids = np.full((rows, n_stop), -1, np.int32)
+    def _row_params(self, turns: Sequence[_Turn], rows: int) -> dict[str, np.ndarray]:
+        """`SamplerPrograms.row_arrays` with each turn's sampling parameters in its row."""
+        out = self._programs.row_arrays(rows)
         for i, turn in enumerate(turns):
             p = turn.request.params
-            temperature[i], top_k[i], top_p[i], seed[i] = p.temperature, p.top_k, p.top_p, turn.seed
-            stop_ids[i, : len(p.stop_token_ids)] = p.stop_token_ids
-        return RowParams(*map(jnp.asarray, (temperature, top_k, top_p, seed, stop_ids)))
-
-    def _put(self, tree):
-        return tree if self._mesh is None else jax.device_put(tree, self._replicated)
+            out["temperature"][i], out["top_k"][i], out["top_p"][i] = (
+                p.temperature, p.top_k, p.top_p)
+            out["seed"][i] = turn.seed
+            out["stop_ids"][i, : len(p.stop_token_ids)] = p.stop_token_ids
+        return out
 
     def _run_prefill(self, weights, chunks: Sequence[tuple[_Turn, int, int]], rows: int,
                      bucket: int, width: int, constrained: bool = False):
@@ -560,26 +530,17 @@ class SamplingEngine:
         turn's mask; other rows' samples are unused). Returns the device arrays of the sampled
         tokens and their log-probabilities, one per row.
         """
-        tokens = np.zeros((rows, bucket), np.int32)
-        start = np.zeros(rows, np.int32)
-        length = np.zeros(rows, np.int32)
-        write = np.zeros((rows, bucket), np.int32)
-        table = np.zeros((rows, width), np.int32) if width else None
+        a = self._programs.prefill_arrays(rows, bucket, width, constrained)
         for i, (turn, lo, hi) in enumerate(chunks):
-            tokens[i, : hi - lo] = turn.request.prompt[lo:hi]
-            start[i], length[i] = lo, hi - lo
-            write[i, : hi - lo] = self.pages.slots(turn.held_session(), lo, hi)
-            if table is not None:
-                table[i] = self.pages.page_row(turn.held_session(), width)
-        row_params = self._row_params([turn for turn, _, _ in chunks], rows)
-        bitmask = None
-        if constrained:
-            bitmask = np.full((rows, self._mask_words), -1, np.int32)
-            for i, (turn, _, hi) in enumerate(chunks):
-                if hi == len(turn.request.prompt) and turn.bitmask is not None:
-                    bitmask[i] = turn.bitmask
-        args = self._put((tokens, start, length, write, table, row_params, bitmask))
-        self._cache, token, logprob = self._prefill(weights, self._cache, *args)
+            a["tokens"][i, : hi - lo] = turn.request.prompt[lo:hi]
+            a["start"][i], a["length"][i] = lo, hi - lo
+            a["write"][i, : hi - lo] = self.pages.slots(turn.held_session(), lo, hi)
+            if width:
+                a["table"][i] = self.pages.page_row(turn.held_session(), width)
+            if constrained and hi == len(turn.request.prompt) and turn.bitmask is not None:
+                a["bitmask"][i] = turn.bitmask
+        self._cache, token, logprob = self._programs.run_prefill(
+            weights, self._cache, a, self._row_params([turn for turn, _, _ in chunks], rows))
         self.stats["prefill_calls"] += 1
         return token, logprob
 
@@ -694,25 +655,17 @@ class SamplingEngine:
         """One decode call: `steps_per_sync` steps, or with `constrained` one step under each
         turn's bitmask (`_Turn.bitmask`, filled by the caller). Returns the device arrays of
         `steps.decode_chunk`'s outputs."""
-        tokens = np.zeros(rows, np.int32)
-        positions = np.zeros(rows, np.int32)
-        active = np.zeros(rows, bool)
-        remaining = np.zeros(rows, np.int32)
-        table = np.zeros((rows, width), np.int32)
+        a = self._programs.decode_arrays(rows, width, constrained)
         for i, turn in enumerate(turns):
-            tokens[i], positions[i], active[i] = turn.tokens[-1], turn.position, True
-            remaining[i] = turn.max_new - len(turn.tokens)
-            table[i] = self.pages.page_row(turn.held_session(), width)
-        bitmask = None
-        if constrained:
-            bitmask = np.full((rows, self._mask_words), -1, np.int32)
-            for i, turn in enumerate(turns):
+            a["tokens"][i], a["positions"][i], a["active"][i] = (
+                turn.tokens[-1], turn.position, True)
+            a["remaining"][i] = turn.max_new - len(turn.tokens)
+            a["table"][i] = self.pages.page_row(turn.held_session(), width)
+            if constrained:
                 assert turn.bitmask is not None, "a constrained turn's mask is filled first"
-                bitmask[i] = turn.bitmask
-        args = self._put((tokens, positions, active, remaining, table,
-                          self._row_params(turns, rows), bitmask))
-        program = self._decode_one if constrained else self._decode
-        self._cache, *out = program(weights, self._cache, *args)
+                a["bitmask"][i] = turn.bitmask
+        self._cache, *out = self._programs.run_decode(weights, self._cache, a,
+                                                      self._row_params(turns, rows))
         return out
 
     def _decode_calls(self, turns: list[_Turn], steps: int) -> list[list[_Turn]]:

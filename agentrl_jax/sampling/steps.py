@@ -195,9 +195,9 @@ class DecodePrograms:
     def __call__(self, w, pool, tokens, *args):
         return self._program(tokens)(w, pool, tokens, *args)
 
-    def lower(self, w, pool, tokens, *args) -> jax.stages.Lowered:
-        """The program these arguments would run, lowered (as `jax.jit(...).lower`)."""
-        return self._program(tokens).lower(w, pool, tokens, *args)
+    def trace(self, w, pool, tokens, *args) -> jax.stages.Traced:
+        """The program these arguments would run, traced (as `jax.jit(...).trace`)."""
+        return self._program(tokens).trace(w, pool, tokens, *args)
 
     def num_compiled(self) -> int:
         """Compiled variants so far, of both programs."""

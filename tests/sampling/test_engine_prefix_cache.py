@@ -114,18 +114,18 @@ def test_sessions_keep_their_own_kv_across_turns_on_top_of_shared_prefixes(llama
 def test_a_failed_prefill_leaves_no_uncomputed_page_behind(llama):
     engine = make_engine(llama)
     prompt = SYSTEM + random_prompt(7, 1)
-    real = engine._prefill
+    real = engine._programs.prefill
 
     def failing(*args):
         raise RuntimeError("device lost")
 
-    engine._prefill = failing
+    engine._programs.prefill = failing
     outcomes = []
     for i in range(2):
         engine.submit(GenerateRequest(prompt, SAMPLED, session_id=f"m{i}"), outcomes.append)
     engine.step()
     assert all(isinstance(o, RuntimeError) for o in outcomes)
-    engine._prefill = real
+    engine._programs.prefill = real
     result, = engine.generate([GenerateRequest(prompt, SAMPLED)])
     assert result.num_reused_tokens == 0
     _assert_same([result], make_engine(llama, prefix_cache=False).generate(
