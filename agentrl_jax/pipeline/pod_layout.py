@@ -21,6 +21,7 @@ claims groups from process 0's rollout hub).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import jax
 import ml_collections
@@ -81,16 +82,26 @@ def check_counts(mesh_config: ml_collections.ConfigDict) -> None:
                          "more")
 
 
-def build_layout(mesh_config: ml_collections.ConfigDict) -> Layout:
+def build_layout(mesh_config: ml_collections.ConfigDict,
+                 devices: Sequence[jax.Device] | None = None,
+                 process_index: int | None = None) -> Layout:
     """Splits the devices (see the module docstring); raises with what to set when a process
-    would keep no trainer device, or its sampler devices do not divide into replicas."""
+    would keep no trainer device, or its sampler devices do not divide into replicas.
+
+    `devices`: the slice's devices (default `jax.devices()`), e.g. a TPU topology's for an
+    ahead-of-time compilation (`agentrl_jax.aot`); `process_index`: whose sampler meshes
+    `Layout.samplers` holds (default this process's).
+    """
     check_counts(mesh_config)
+    devices = list(jax.devices() if devices is None else devices)
+    this = jax.process_index() if process_index is None else process_index
+    processes = sorted({d.process_index for d in devices})
     sampler_devices: list[jax.Device] = []
     mine: list[Mesh] = []
-    replicas = [0] * jax.process_count()
-    for process in range(jax.process_count()):
-        own = [d for d in jax.devices() if d.process_index == process]
-        n = sampler_count(mesh_config, process, jax.process_count())
+    replicas = [0] * len(processes)
+    for process in processes:
+        own = [d for d in devices if d.process_index == process]
+        n = sampler_count(mesh_config, process, len(processes))
         if n >= len(own):
             raise ValueError(
                 f"process {process} samples on {n} of its {len(own)} devices: it must keep at "
@@ -105,10 +116,10 @@ def build_layout(mesh_config: ml_collections.ConfigDict) -> Layout:
                              f"replicas of mesh.sampler_tensor_parallel={size}")
         replicas[process] = n // size
         sampler_devices += own[:n]
-        if process == jax.process_index():
+        if process == this:
             mine = [make_mesh(data=1, fsdp=1, tensor=size, devices=own[i:i + size])
                     for i in range(0, n, size)]
-    trainer_devices = [d for d in jax.devices() if d not in sampler_devices]
+    trainer_devices = [d for d in devices if d not in sampler_devices]
     t = mesh_config.trainer
     trainer = make_mesh(data=t.data, fsdp=t.fsdp, tensor=t.tensor, devices=trainer_devices)
     return Layout(trainer=trainer, samplers=mine, replicas_by_process=tuple(replicas))

@@ -283,7 +283,7 @@ class RLPipeline:
         # hence the float summation order of the gradient).
         groups = sorted(draws.kept, key=lambda g: g[0].group_id)
         batch = prepare_batch(groups, self.adv_config, cfg.seq_buckets, cfg.tokens_per_micro,
-                              row_multiple=self._row_multiple())
+                              row_multiple=self.trainer.row_multiple)
         rollouts = [r for g in groups for r in g]
         drawn = {"groups_drawn": float(len(draws.drawn)),
                  "groups_discarded_no_variance": float(draws.discarded)}
@@ -297,10 +297,6 @@ class RLPipeline:
         self._rollouts_trained += batch.num_rollouts
         return state, {**batch.metrics, **drawn, "num_rollouts_trained": batch.num_rollouts,
                        **metrics}, rollouts
-
-    def _row_multiple(self) -> int:
-        mesh = self.trainer.mesh
-        return mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
 
     async def _finish_step(self, state, version, metrics, rollouts, started, gate=None):
         self._report_progress(phase=SYNCING)

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -211,6 +212,23 @@ class ParamGather:
 
         return jax.tree_util.tree_map_with_path(one, tree)
 
+    def trace(self, tree: Any) -> dict[str, jax.stages.Traced]:
+        """The programs `__call__` runs on `tree` (arrays or `jax.ShapeDtypeStruct`s on their
+        shardings), traced: one per distinct leaf, named by its first leaf's path (a stacked
+        leaf's program gathers one layer)."""
+        out: dict[str, jax.stages.Traced] = {}
+        seen: set[tuple] = set()
+        for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            key = (x.shape, x.dtype, x.sharding)
+            if key in seen:
+                continue
+            seen.add(key)
+            whole, layer = self._fns(x)
+            name = jax.tree_util.keystr(path, simple=True, separator=".")
+            out[name] = (layer.trace(x, jax.ShapeDtypeStruct((), jnp.int32)) if x.ndim >= 3
+                         else whole.trace(x))
+        return out
+
 
 # ----------------------------------------------------------------------------- drivers
 
@@ -240,6 +258,10 @@ class TrainerDriver:
     @property
     def mesh(self) -> Mesh:
         return self._trainer.mesh
+
+    @property
+    def row_multiple(self) -> int:
+        return self._trainer.row_multiple
 
     @property
     def lora(self) -> Any:

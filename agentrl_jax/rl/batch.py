@@ -50,6 +50,20 @@ class TrainBatch:
     def shape(self) -> tuple[int, int]:
         return tuple(self.tokens.shape)
 
+    @classmethod
+    def zeros(cls, rows: int, length: int, *, proximal: bool = False,
+              reference: bool = False) -> TrainBatch:
+        """An all-padding [rows, length] micro-batch (what `pack` fills), with the optional
+        log-probabilities where asked."""
+        shape = (rows, length)
+        ints = {k: np.zeros(shape, np.int32)
+                for k in ("tokens", "positions", "segment_ids", "targets")}
+        floats = {k: np.zeros(shape, np.float32)
+                  for k in ("loss_mask", "advantages", "behaviour_logprobs")}
+        return cls(**ints, **floats,
+                   proximal_logprobs=np.zeros(shape, np.float32) if proximal else None,
+                   reference_logprobs=np.zeros(shape, np.float32) if reference else None)
+
 
 @dataclasses.dataclass
 class Trajectory:
@@ -168,20 +182,9 @@ def pack(
 
     has_prox = all(t.proximal_logprobs is not None for t in trajectories)
     has_ref = all(t.reference_logprobs is not None for t in trajectories)
-    shape = (num_rows, seq_len)
-    f = {
-        "tokens": np.zeros(shape, np.int32),
-        "positions": np.zeros(shape, np.int32),
-        "segment_ids": np.zeros(shape, np.int32),
-        "targets": np.zeros(shape, np.int32),
-        "loss_mask": np.zeros(shape, np.float32),
-        "advantages": np.zeros(shape, np.float32),
-        "behaviour_logprobs": np.zeros(shape, np.float32),
-    }
-    if has_prox:
-        f["proximal_logprobs"] = np.zeros(shape, np.float32)
-    if has_ref:
-        f["reference_logprobs"] = np.zeros(shape, np.float32)
+    empty = TrainBatch.zeros(num_rows, seq_len, proximal=has_prox, reference=has_ref)
+    f = {field.name: getattr(empty, field.name) for field in dataclasses.fields(empty)
+         if getattr(empty, field.name) is not None}
 
     for r, members in enumerate(bins):
         start = 0

@@ -103,6 +103,17 @@ def lora_of(config: ml_collections.ConfigDict) -> LoraConfig | None:
     return LoraConfig(rank=int(c.rank), alpha=float(c.alpha), targets=tuple(c.targets))
 
 
+# The frozen KL reference model's dtype (its parameters and compute): half the memory of the
+# fp32 policy, and its log-probabilities only enter the loss through the small KL term.
+REFERENCE_DTYPE = jnp.bfloat16
+
+
+def needs_reference(config: ml_collections.ConfigDict) -> bool:
+    """Whether a trainer of `config` (a trainer config) takes a separate frozen KL reference
+    model: a KL term without LoRA (with LoRA, the frozen base is the reference)."""
+    return bool(config.loss.kl_coef) and lora_of(config) is None
+
+
 def with_trainer_adapters(model: Decoder, config: ml_collections.ConfigDict) -> Decoder:
     """`model` with the adapters `config` (a trainer config) asks for: fresh (B = 0) or read
     from `lora.peft_adapter`; `model` itself when LoRA is off or it has adapters already."""
@@ -136,6 +147,18 @@ def _like_params(tree, params_struct, param_leaf_fn, other_leaf_fn):
     return jax.tree.map(
         lambda x: param_leaf_fn(x) if is_params(x) else other_leaf_fn(x), tree, is_leaf=is_params
     )
+
+
+def _on_mesh(fn, tree: Any, shardings: Any) -> Any:
+    """`fn(tree)` on `shardings` (an identity `fn` places without a copy); for an abstract
+    `tree` (a model built by `nnx.eval_shape`, as an ahead-of-time compilation passes), the
+    result's shapes on them."""
+    if sharding_lib.is_abstract(tree):
+        return sharding_lib.abstract_on(jax.eval_shape(fn, tree), shardings)
+    out = fn(tree)
+    if out is tree:
+        return jax.device_put(tree, shardings)
+    return jax.jit(fn, out_shardings=shardings)(tree)
 
 
 class Trainer:
@@ -179,7 +202,7 @@ class Trainer:
         self.batch_sharding = NamedSharding(mesh, batch_axes)
         # The model's own arrays; copied onto the mesh by `init_state` (steps donate theirs).
         self._model_params = nnx.to_pure_dict(trainable)
-        self._abstract_params = jax.eval_shape(lambda: self._model_params)
+        self._abstract_params = sharding_lib.abstract_on(self._model_params)
         self.frozen_params = self._place_frozen(frozen, rules)
         self._base_fingerprint: str | None = None
 
@@ -188,7 +211,7 @@ class Trainer:
             ref_graphdef, ref_state = nnx.split(reference)
             ref_shardings = nnx.to_pure_dict(sharding_lib.state_shardings(ref_state, mesh, rules))
             self.ref_graphdef = ref_graphdef
-            self.ref_params = jax.device_put(nnx.to_pure_dict(ref_state), ref_shardings)
+            self.ref_params = _on_mesh(lambda p: p, nnx.to_pure_dict(ref_state), ref_shardings)
         elif self.lora is not None:
             # The base, adapters off: the same arrays as `frozen_params`, not a copy.
             self.ref_graphdef = nnx.graphdef(lora_lib.without_adapters(self.model_view()))
@@ -226,8 +249,8 @@ class Trainer:
             return {}
         shardings = nnx.to_pure_dict(sharding_lib.state_shardings(frozen, self.mesh, rules))
         dtype = self.config.lora.base_dtype
-        return jax.jit(lambda p: lora_lib.cast_base(p, dtype), out_shardings=shardings)(
-            nnx.to_pure_dict(frozen))
+        return _on_mesh(lambda p: lora_lib.cast_base(p, dtype), nnx.to_pure_dict(frozen),
+                        shardings)
 
     @property
     def base_fingerprint(self) -> str | None:
@@ -350,6 +373,35 @@ class Trainer:
 
     def _logprobs_impl(self, params, batch, frozen):
         return self._forward(self.graphdef, lora_lib.combine(frozen, params), batch)
+
+    @property
+    def row_multiple(self) -> int:
+        """Rows of a micro-batch come in multiples of this: the batch axes' devices."""
+        return self.mesh.shape.get("data", 1) * self.mesh.shape.get("fsdp", 1)
+
+    # ---- ahead of time --------------------------------------------------------------------
+
+    def abstract_state(self) -> TrainState:
+        """The train state's shapes on its shardings (what `init_state` would allocate)."""
+        state = jax.eval_shape(lambda p: TrainState(p, self.tx.init(p), jnp.zeros((), jnp.int32),
+                                                    jax.random.key_data(jax.random.key(0))),
+                               self._abstract_params)
+        return sharding_lib.abstract_on(state, self.state_shardings)
+
+    def trace(self, micro_batch: TrainBatch) -> dict[str, jax.stages.Traced]:
+        """A step's programs traced for micro-batches shaped like `micro_batch` (arrays or
+        `jax.ShapeDtypeStruct`s): "gradient" (a step's first micro-batch), "accumulate" (each
+        further one) and "apply" (the optimizer update). Nothing is allocated or run
+        (`.lower().compile()` compiles one), so the model may be abstract and the mesh a TPU
+        topology's (`agentrl_jax.aot`)."""
+        state = self.abstract_state()
+        batch = sharding_lib.abstract_on(micro_batch, self.batch_sharding)
+        inputs = (jax.ShapeDtypeStruct((), jnp.float32, sharding=self.replicated),
+                  self.ref_params, self.frozen_params)
+        grads = sharding_lib.abstract_on(state.params, self.param_shardings)
+        return {"gradient": self._gradient.trace(state.params, batch, *inputs),
+                "accumulate": self._accumulate.trace(state.params, grads, batch, *inputs),
+                "apply": self._apply.trace(state, grads)}
 
     # ---- public --------------------------------------------------------------------------
 
