@@ -121,6 +121,9 @@ EXTRAS_REQUIRE = {
     # that only its model handlers import); its data, AST checker and multi-turn simulated
     # APIs need only mpmath besides the standard library.
     "bfcl": ["mpmath==1.3.0"],
+    # TPUs: libtpu, as jax's own `tpu` extra pins it. On a TPU VM it runs the programs; on any
+    # other machine its compiler checks them for a slice (`launch.tpu_pod --compile_only`).
+    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.1"],
     # The agent frameworks the serving tests drive against our server (tests/frameworks).
     "frameworks": ["openai-agents==0.24.0", "langchain-openai==1.7.4", "langchain-core==1.8.3",
                    "smolagents==1.26.0"],

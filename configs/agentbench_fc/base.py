@@ -43,8 +43,10 @@ from agentrl_jax.experiment import rl_stage
 from environments.registry import AGENTBENCH_FC
 
 
-def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
-    """The paper's run of one model (`name` names the run; `parser`: its tool-call format)."""
+def get_config(name: str, parser: str, architecture: str = "") -> ml_collections.ConfigDict:
+    """The paper's run of one model (`name` names the run; `parser`: its tool-call format;
+    `architecture`: the published model, whose shape `--compile_only` builds without its
+    checkpoint, `agentrl_jax.models.published`)."""
     c = ml_collections.ConfigDict()
     c.name = name
     c.run_dir = f"runs/agentbench_fc/{name}"  # checkpoints (and final_model); or gs://...
@@ -60,6 +62,7 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
 
     c.model = policy_lib.default_config()
     c.model.update(source="hf", path="", parser=parser)
+    c.model.architecture = architecture  # the shape where model.path has no config.json
     c.model.dtype = "bfloat16"  # the sampler's compute dtype
 
     c.mesh = ml_collections.ConfigDict(dict(
@@ -101,8 +104,12 @@ def get_config(name: str, parser: str) -> ml_collections.ConfigDict:
     # On an accelerator a prefill call's positions are cheap next to the call (unmeasured; on
     # the CPU a call is worth ~32 positions): cut a prompt into bucket chunks only where that
     # saves more than a call of 1,024 positions, else pad up (EngineConfig.prefill_call_tokens).
+    # A prefill call computes at most 8,192 positions: 4 rows of 8,192 new tokens over an
+    # 8,192 context need ~96 GiB of attention temporaries for Qwen2.5-3B (libtpu's v5p
+    # compiler refuses it); long chunks go one row a call.
     c.rl.engine.update(max_batch=64, page_size=16, num_pages=16384, max_context=8192,
                        prefill_buckets=(256, 1024, 4096, 8192), prefill_call_tokens=1024,
+                       max_prefill_tokens=8192,
                        context_buckets=(1024, 2048, 4096, 8192), batch_buckets=(1, 8, 32, 64))
     c.rl.checkpoint.update(every=25, keep=3)
 

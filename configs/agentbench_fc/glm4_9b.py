@@ -13,7 +13,9 @@ from configs.agentbench_fc import base
 
 
 def get_config() -> ml_collections.ConfigDict:
-    c = base.get_config("glm4_9b", parser="glm4")
-    c.mesh.sampler_devices = 2
+    c = base.get_config("glm4_9b", parser="glm4",
+                        architecture="THUDM/GLM-4-9B-0414")
+    # A two-chip sampler replica on every host; the trainer FSDP over the other two of each.
+    c.mesh.update(sampler_devices=2, sampler_devices_per_host=2)
     c.rl.engine.update(max_batch=64, num_pages=16384)
     return c

@@ -11,7 +11,9 @@ from configs.agentbench_fc import base
 
 
 def get_config() -> ml_collections.ConfigDict:
-    c = base.get_config("qwen25_7b", parser="qwen25")
-    c.mesh.sampler_devices = 2
+    c = base.get_config("qwen25_7b", parser="qwen25",
+                        architecture="Qwen/Qwen2.5-7B-Instruct")
+    # A two-chip sampler replica on every host; the trainer FSDP over the other two of each.
+    c.mesh.update(sampler_devices=2, sampler_devices_per_host=2)
     c.rl.engine.update(max_batch=64, num_pages=16384)
     return c

@@ -4,12 +4,12 @@ their model's config in exactly what they ablate. No weights are loaded."""
 
 import pathlib
 
-import jax
 import ml_collections
 import pytest
 
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.dataclass_config import dataclass_from
+from agentrl_jax.models.published import published_config
 from agentrl_jax.pipeline import pod_layout, trainer_driver
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rollout.agent_loop import EpisodeLimits
@@ -72,12 +72,21 @@ def test_model_configs_fit_the_launcher(model):
     SamplingParams(max_new_tokens=c.rl.limits.max_new_tokens, **c.rl.sampling.to_dict())
     dataclass_from(c.rl.engine, EngineConfig)
     optimizer_lib.make_optimizer(c.rl.trainer.optimizer)
-    # The device split on this (one-process, 8-device) test machine.
-    layout = pod_layout.build_layout(c.mesh)
+    # The device split on the smallest slice of several hosts the model files are sized
+    # for (v5p, 4 chips a host): a sampler replica on each host, the trainer on the rest.
+    pytest.importorskip("libtpu", reason="TPU topologies come with jax's `tpu` extra")
+    from agentrl_jax.aot.hardware import topology_devices
+
+    devices = topology_devices("v5p:2x2x2")
+    layout = pod_layout.build_layout(c.mesh, devices, process_index=0)
     (sampler,) = layout.samplers
     assert len(sampler.devices.flat) == c.mesh.sampler_devices
+    assert layout.replicas_by_process == (1, 1)
     assert set(sampler.devices.flat).isdisjoint(layout.trainer.devices.flat)
-    assert layout.trainer.size + sampler.size == jax.device_count()
+    assert layout.trainer.size + 2 * sampler.size == len(devices)
+    # FSDP divides the model dimension, so the parameters are sharded, not replicated
+    hidden = published_config(c.model.architecture).hidden_size
+    assert layout.trainer.shape["fsdp"] > 1 and hidden % layout.trainer.shape["fsdp"] == 0
 
 
 def test_overrides_on_the_command_line():

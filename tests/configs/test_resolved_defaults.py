@@ -19,7 +19,7 @@ from configs.agentbench_fc import ablations
 
 # Settings every AgentBench-FC model file shares (base.py and rl_stage's defaults).
 POD_ENGINE = dict(page_size=16, max_context=8192, prefill_buckets=(256, 1024, 4096, 8192),
-                  prefill_batch_buckets=(1, 4), max_prefill_tokens=0, prefill_call_tokens=1024,
+                  prefill_batch_buckets=(1, 4), max_prefill_tokens=8192, prefill_call_tokens=1024,
                   context_buckets=(1024, 2048, 4096, 8192), decode_call_tokens=-1,
                   steps_per_sync=8,
                   in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True)
