@@ -1,4 +1,4 @@
-"""Capacity model of pod-scale RL (issue #22): `python -m benchmarks.pod_model` (no arguments).
+"""Capacity model of pod-scale RL: `python -m benchmarks.pod_model` (no arguments).
 
 A worked estimate, from per-chip figures, of what disaggregated RL yields for Qwen2.5-7B and
 Qwen2.5-32B on a TPU v5p slice and on one 8×H100 host, for AgentRL's workload (2048
@@ -6,9 +6,9 @@ trajectories per step, up to 20 turns, 8k context): decode tokens/s per sampler 
 step time split into sample / train / weight sync, and the sampler/trainer chip split that
 minimises the step time. It compares two layouts in the same run:
 
-  leader_only  today's `launch.tpu_pod` before #22: samplers on process 0's chips only, weights
+  leader_only  samplers on process 0's chips only, weights
                all-gathered to process 0's host memory and copied back onto its sampler chips;
-  every_host   the #22 design: every host gives `sampler_devices_per_host` chips to samplers,
+  every_host   every host gives `sampler_devices_per_host` chips to samplers,
                and weights go device to device (all-gather in the trainer mesh, then a copy
                from each host's trainer chips to its own sampler chips).
 
@@ -28,27 +28,39 @@ import json
 import math
 import pathlib
 
+from agentrl_jax.aot import hardware
+from agentrl_jax.models.published import published_config
+
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 # ----------------------------------------------------------------------------- inputs
 
-# Data-sheet figures (assumed: not measured here; no accelerator was available).
+# Data-sheet figures (assumed: not measured here; no accelerator was available). The v5p's
+# memory, bandwidth and peak are `agentrl_jax.aot.hardware`'s, which the compiler checks use.
+_V5P = hardware.CHIPS["v5p"]
 CHIPS = {
-    "v5p": dict(hbm_gb=95.0, hbm_gbps=2765.0, bf16_tflops=459.0, ici_gbps=600.0,
+    "v5p": dict(hbm_gb=_V5P.hbm_bytes / 1e9, hbm_gbps=_V5P.hbm_bytes_per_s / 1e9,
+                bf16_tflops=_V5P.bf16_flops_per_s / 1e12, ici_gbps=600.0,
                 host_link_gbps=25.0, chips_per_host=4),
     "h100": dict(hbm_gb=80.0, hbm_gbps=3350.0, bf16_tflops=989.0, ici_gbps=450.0,
                  host_link_gbps=25.0, chips_per_host=8),
 }
 # Slices: Cloud TPU names v5p slices by TensorCores (2 per chip): v5p-64 is 32 chips on 8 hosts.
-# The issue counts v5p-64 as 16 hosts × 4 chips; that size is v5p-128, modelled too.
+# v5p-128 is 16 hosts × 4 chips.
 SLICES = {
     "v5p-64": dict(chip="v5p", chips=32),
     "v5p-128": dict(chip="v5p", chips=64),
     "8xH100": dict(chip="h100", chips=8),
 }
-MODELS = {  # the configs/agentbench_fc shapes
-    "qwen25_7b": dict(params=7.62e9, layers=28, kv_heads=4, head_dim=128, hidden=3584),
-    "qwen25_32b": dict(params=32.8e9, layers=64, kv_heads=8, head_dim=128, hidden=5120),
+def _shape(name: str) -> dict:
+    cfg = published_config(name)
+    return dict(params=float(cfg.num_params()), layers=cfg.num_layers,
+                kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, hidden=cfg.hidden_size)
+
+
+MODELS = {  # the configs/agentbench_fc shapes (`agentrl_jax.models.published`)
+    "qwen25_7b": _shape("Qwen/Qwen2.5-7B-Instruct"),
+    "qwen25_32b": _shape("Qwen/Qwen2.5-32B-Instruct"),
 }
 ASSUMED = dict(
     # workload (AgentRL: 256 prompts × G=8 = 2048 trajectories, <= 20 turns, 8192 tokens)
@@ -71,6 +83,14 @@ ASSUMED = dict(
     sampler_param_bytes=4,
     kv_bytes=2,
     trainer_bytes_per_param=16,   # fp32 weights + Adam moments + fp32 gradient
+    # the frozen bf16 KL reference beside them (kl_coef > 0 without LoRA), which the
+    # compiler's figures showed this model had left out
+    reference_bytes_per_param=2,
+    # weight copies a sampler replica holds at once: the current version, the next one
+    # placed while requests in flight finish on the current, and cross-policy sampling's
+    # stale snapshot (`agentrl_jax.aot.programs`); the compiler's figures showed one
+    # copy was an undercount
+    sampler_weight_copies=3,
     trainer_activation_share=0.25,  # of trainer HBM kept free for activations (remat on)
     sampler_reserve_share=0.1,    # of sampler HBM kept free (compiled steps, buffers)
     max_batch=256,                # engine decode slots per replica cap
@@ -123,7 +143,8 @@ def replica(chip: dict, m: dict, a: dict, tp: int, w: Workload) -> dict | None:
     """One tensor-parallel sampler replica on `tp` chips of one host: the decode batch its KV
     room holds, and its decode rate at that full batch."""
     weights = m["params"] * a["sampler_param_bytes"]
-    kv_room = tp * chip["hbm_gb"] * 1e9 * (1 - a["sampler_reserve_share"]) - weights
+    kv_room = (tp * chip["hbm_gb"] * 1e9 * (1 - a["sampler_reserve_share"])
+               - weights * a["sampler_weight_copies"])
     if kv_room <= 0:
         return None
     batch = min(a["max_batch"], int(kv_room / (kv_bytes_per_token(m, a) * mean_context(a, w))))
@@ -180,7 +201,7 @@ def sample_seconds(chip: dict, m: dict, r: dict, replicas: int, a: dict,
 
 def train_seconds(chip: dict, m: dict, a: dict, chips: int, w: Workload,
                   mfu: float) -> float | None:
-    need = m["params"] * a["trainer_bytes_per_param"]
+    need = m["params"] * (a["trainer_bytes_per_param"] + a["reference_bytes_per_param"])
     have = chips * chip["hbm_gb"] * 1e9 * (1 - a["trainer_activation_share"])
     if chips < 1 or need > have:
         return None
