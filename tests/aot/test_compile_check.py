@@ -149,3 +149,19 @@ def test_compile_only_fails_naming_the_program_that_does_not_fit(tmp_path):
     failing = [r for r in data["program_reports"] if not r["fits"]]
     assert {r["role"] for r in failing} >= {"sampler"}
     assert all(r["total_bytes"] > 16e9 for r in failing)
+
+
+def test_resident_bytes_pass_over_a_slice_without_compiling():
+    from benchmarks.tpu_compile import load, screen
+
+    # Qwen2.5-32B's 2-chip fp32 sampler replica holds three copies of its weights (current,
+    # next, stale snapshot): 3 × 32.8e9 × 4 bytes / 2 chips = 183 GiB before its KV pool.
+    reason = screen(load("qwen25_32b"), "v5p:2x2x4")
+    assert reason is not None and reason.startswith("resident sampler")
+    resident = programs.resident_bytes(load("qwen25_32b"), hardware.topology_devices("v5p:2x2x4"))
+    cfg = programs.model_config(load("qwen25_32b").model)
+    assert resident["sampler"] > 3 * cfg.num_params() * 4 / 2
+    # Qwen2.5-3B on one host: nothing rules it out before compiling
+    assert screen(load("qwen25_3b"), "v5p:2x2x1") is None
+    # a layout the slice cannot make is named as such
+    assert screen(load("qwen25_7b"), "v6e:1x1").startswith("layout")

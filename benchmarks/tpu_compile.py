@@ -1,0 +1,182 @@
+"""Every paper config compiled for the smallest v5p slice it fits, by libtpu's compiler here.
+
+    python -m benchmarks.tpu_compile          # the notebook's job on one Colab chip (v6e)
+    python -m benchmarks.tpu_compile --all    # and every configs/agentbench_fc model, the
+                                              # LoRA ablation (about an hour on 2 cores)
+
+For each config the slices are tried smallest first (v5p, 4 chips a host): a slice whose
+layout the config cannot make, or where what stays resident (`aot.programs.resident_bytes`)
+already exceeds a chip, is passed over without compiling; on the first other one every
+program is compiled at its largest shape (`compile_check`, `every_bucket=False`) and the
+search stops there if all fit. Beside each result, the capacity model's prediction
+(`benchmarks/pod_model.py`) for the same split, and their ratio.
+
+Writes benchmarks/results/tpu_compile.json: per config, the slice, whether it fits, each
+role's peak GiB per chip and its program, the train step's roofline and MFU bound, and the
+capacity model's figures; the full per-program reports go to tpu_compile_programs.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import time
+
+from agentrl_jax.aot import hardware, programs
+from agentrl_jax.aot.compile_check import compile_check
+from benchmarks import pod_model
+from benchmarks.machine_info import RESULTS_DIR, write_result
+
+SLICES = ("v5p:2x2x1", "v5p:2x2x2", "v5p:2x2x4", "v5p:2x4x4", "v5p:4x4x4")
+PAPER = ("qwen25_3b", "qwen25_7b", "glm4_9b", "qwen25_14b", "qwen25_32b", "ablations:lora")
+NOTEBOOK = ("local_tictactoe", "v6e:1x1")  # the notebook's job, on a Colab TPU runtime
+
+
+def load(name: str):
+    """A config by short name: a configs/agentbench_fc model, `ablations:ABLATION`, or a
+    configs/ file."""
+    if name.startswith("ablations:"):
+        from configs.agentbench_fc import ablations
+
+        return ablations.get_config(name.split(":", 1)[1])
+    try:
+        return importlib.import_module(f"configs.agentbench_fc.{name}").get_config()
+    except ModuleNotFoundError:
+        return importlib.import_module(f"configs.{name}").get_config()
+
+
+def screen(config, topology: str) -> str | None:
+    """Why `config` cannot fit `topology` without compiling anything, or None."""
+    devices = hardware.topology_devices(topology)
+    try:
+        resident = programs.resident_bytes(config, devices)
+    except ValueError as error:  # the layout cannot be made on this slice
+        return f"layout: {error}"
+    chip = hardware.chip_of(devices[0])
+    over = {role: b for role, b in resident.items() if b > chip.hbm_bytes}
+    if over:
+        return "resident " + ", ".join(f"{role} {b / hardware.GIB:.1f} GiB" for role, b in
+                                       over.items()) + f" > {chip.hbm_bytes / hardware.GIB:.0f}"
+    return None
+
+
+def model_prediction(config, result: dict) -> dict[str, float]:
+    """The capacity model's per-chip bytes for this split: the trainer's state (weights,
+    moments, gradient: `trainer_bytes_per_param`) and the sampler's weights (one copy)."""
+    a = pod_model.ASSUMED
+    cfg = programs.model_config(config.model)
+    devices = hardware.topology_devices(result["topology"])
+    layout = programs.layout_of(config, devices)
+    trainer_chips = layout.trainer.devices.size
+    tp = layout.samplers[0].devices.size
+    return {"model_trainer_state_bytes": cfg.num_params() * a["trainer_bytes_per_param"]
+            / trainer_chips,
+            "model_sampler_weight_bytes": cfg.num_params() * a["sampler_param_bytes"] / tp}
+
+
+def compiler_figures(result: dict) -> dict[str, float]:
+    """The compiler's counterparts of `model_prediction`: the update's arguments (the train
+    state and the gradient) and a decode call's weights (its arguments less the KV pool)."""
+    reports = {r["name"]: r for r in result["program_reports"]}
+    out = {}
+    if "train_apply" in reports:
+        out["compiler_trainer_state_bytes"] = reports["train_apply"]["argument_bytes"]
+    return out
+
+
+def run(name: str, slices: tuple[str, ...], log) -> dict:
+    config = load(name)
+    tried = {}
+    for topology in slices:
+        reason = screen(config, topology)
+        if reason is not None:
+            tried[topology] = reason
+            log(f"{name} on {topology}: passed over ({reason})")
+            continue
+        result = compile_check(config, topology, every_bucket=False, log=log)
+        if result["fits"] or topology == slices[-1]:
+            result["passed_over"] = tried
+            result.update(model_prediction(config, result) if "mesh" in config else {})
+            result.update(compiler_figures(result))
+            return result
+        tried[topology] = "compiled: " + "; ".join(result["not_fitting"])
+    return {"config": name, "fits": False, "passed_over": tried}
+
+
+def flat(name: str, result: dict) -> dict:
+    """The figures of one config for the flat results JSON (GiB, seconds)."""
+    gib = hardware.GIB
+    out = {f"{name}/fits": bool(result.get("fits")), f"{name}/topology": result.get("topology")}
+    for key in ("trainer", "sampler", "sync"):
+        if f"{key}_peak_bytes" in result:
+            out[f"{name}/{key}_peak_gib"] = result[f"{key}_peak_bytes"] / gib
+            out[f"{name}/{key}_peak_program"] = result[f"{key}_peak_program"]
+    reports = result.get("program_reports", [])
+    train = [r for r in reports if r["name"].startswith("train_accumulate")]
+    if train:
+        out[f"{name}/train_micro_roofline_s"] = train[-1]["roofline_s"]
+        out[f"{name}/train_mfu_bound"] = train[-1]["mfu_bound"]
+    if "model_trainer_state_bytes" in result and "compiler_trainer_state_bytes" in result:
+        model, compiler = (result["model_trainer_state_bytes"],
+                           result["compiler_trainer_state_bytes"])
+        out[f"{name}/trainer_state_gib_model"] = model / gib
+        out[f"{name}/trainer_state_gib_compiler"] = compiler / gib
+        out[f"{name}/trainer_state_compiler_vs_model"] = compiler / model
+    if "compile_s" in result:
+        out[f"{name}/compile_s"] = result["compile_s"]
+    return out
+
+
+def markdown(results: dict) -> str:
+    """The results table of docs/tpu_pod.md."""
+    gib = hardware.GIB
+    lines = ["| config | slice | fits | trainer GiB a chip (peak program) | sampler GiB a chip "
+             "(peak program) | train micro-batch roofline | MFU bound | smaller slices |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in results.items():
+        reports = r.get("program_reports", [])
+        train = [x for x in reports if x["name"].startswith("train_accumulate")]
+        peak = {role: f"{r[f'{role}_peak_bytes'] / gib:.1f} ({r[f'{role}_peak_program']})"
+                for role in ("trainer", "sampler") if f"{role}_peak_bytes" in r}
+        over = "; ".join(f"{t}: {why}" for t, why in r.get("passed_over", {}).items()) or "—"
+        lines.append(
+            f"| {name} | {r.get('topology', '—')} | {'yes' if r.get('fits') else 'no'} | "
+            f"{peak.get('trainer', '—')} | {peak.get('sampler', '—')} | "
+            + (f"{train[-1]['roofline_s'] * 1e3:.0f} ms | {train[-1]['mfu_bound']:.2f} | "
+               if train else "— | — | ") + f"{over} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--all", action="store_true", help="every paper config too")
+    parser.add_argument("--table", action="store_true",
+                        help="print the markdown table of the last run's results and stop")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(markdown(json.loads((RESULTS_DIR / "tpu_compile_programs.json").read_text())))
+        return {}
+    start = time.perf_counter()
+    results = {"notebook": run(NOTEBOOK[0], (NOTEBOOK[1],), print)}
+    if args.all:
+        for name in PAPER:
+            results[name] = run(name, SLICES, print)
+    figures = {}
+    for name, result in results.items():
+        figures.update(flat(name, result))
+    figures["wall_s"] = time.perf_counter() - start
+    print("\nconfig            slice        fits  trainer GiB  sampler GiB  MFU bound")
+    for name, result in results.items():
+        f = flat(name, result)
+        print(f"{name:17} {str(f[f'{name}/topology']):12} {str(f[f'{name}/fits']):5} "
+              f"{f.get(f'{name}/trainer_peak_gib', float('nan')):11.1f} "
+              f"{f.get(f'{name}/sampler_peak_gib', float('nan')):12.1f} "
+              f"{f.get(f'{name}/train_mfu_bound') or float('nan'):10.2f}")
+    print(f"written {write_result('tpu_compile', figures)}")
+    (RESULTS_DIR / "tpu_compile_programs.json").write_text(json.dumps(results, indent=1) + "\n")
+    return figures
+
+
+if __name__ == "__main__":
+    main()
