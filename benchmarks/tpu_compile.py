@@ -61,27 +61,31 @@ def screen(config, topology: str) -> str | None:
     return None
 
 
-def model_prediction(config, result: dict) -> dict[str, float]:
-    """The capacity model's per-chip bytes for this split: the trainer's state (weights,
-    moments, gradient: `trainer_bytes_per_param`) and the sampler's weights (one copy)."""
+def beside_model(result: dict) -> dict[str, float]:
+    """The capacity model's per-chip figures for this split (`benchmarks/pod_model.py`'s
+    ASSUMED) over the compiler's: the trainer's state (weights, moments, gradient; the
+    update's arguments), the trainer's peak against the model's allowance (state and KL
+    reference, with `trainer_activation_share` of HBM left for activations), and the sampler's
+    weight copies plus KV pool (a decode call's arguments and what it holds) against the
+    model's copies alone."""
     a = pod_model.ASSUMED
-    cfg = programs.model_config(config.model)
-    devices = hardware.topology_devices(result["topology"])
-    layout = programs.layout_of(config, devices)
-    trainer_chips = layout.trainer.devices.size
-    tp = layout.samplers[0].devices.size
-    return {"model_trainer_state_bytes": cfg.num_params() * a["trainer_bytes_per_param"]
-            / trainer_chips,
-            "model_sampler_weight_bytes": cfg.num_params() * a["sampler_param_bytes"] / tp}
-
-
-def compiler_figures(result: dict) -> dict[str, float]:
-    """The compiler's counterparts of `model_prediction`: the update's arguments (the train
-    state and the gradient) and a decode call's weights (its arguments less the KV pool)."""
-    reports = {r["name"]: r for r in result["program_reports"]}
-    out = {}
-    if "train_apply" in reports:
-        out["compiler_trainer_state_bytes"] = reports["train_apply"]["argument_bytes"]
+    reports = {r["name"]: r for r in result.get("program_reports", [])}
+    chips = {r["role"]: r["chips"] for r in reports.values()}
+    n = result.get("parameters", 0)
+    out: dict[str, float] = {}
+    if "train_apply" in reports and n:
+        model = n * a["trainer_bytes_per_param"] / chips["trainer"]
+        out["trainer_state_model_gib"] = model / hardware.GIB
+        out["trainer_state_compiler_vs_model"] = reports["train_apply"]["argument_bytes"] / model
+        need = (n * (a["trainer_bytes_per_param"] + a["reference_bytes_per_param"])
+                / chips["trainer"] / (1 - a["trainer_activation_share"]))
+        out["trainer_peak_compiler_vs_model_allowance"] = result["trainer_peak_bytes"] / need
+    decode = [r for r in reports.values() if r["name"].startswith("decode")]
+    if decode and n:
+        copies = n * a["sampler_param_bytes"] * a["sampler_weight_copies"] / chips["sampler"]
+        out["sampler_copies_model_gib"] = copies / hardware.GIB
+        held = decode[-1]["argument_bytes"] + decode[-1]["held_bytes"]
+        out["sampler_resident_compiler_vs_model_copies"] = held / copies
     return out
 
 
@@ -97,8 +101,6 @@ def run(name: str, slices: tuple[str, ...], log) -> dict:
         result = compile_check(config, topology, every_bucket=False, log=log)
         if result["fits"] or topology == slices[-1]:
             result["passed_over"] = tried
-            result.update(model_prediction(config, result) if "mesh" in config else {})
-            result.update(compiler_figures(result))
             return result
         tried[topology] = "compiled: " + "; ".join(result["not_fitting"])
     return {"config": name, "fits": False, "passed_over": tried}
@@ -117,12 +119,8 @@ def flat(name: str, result: dict) -> dict:
     if train:
         out[f"{name}/train_micro_roofline_s"] = train[-1]["roofline_s"]
         out[f"{name}/train_mfu_bound"] = train[-1]["mfu_bound"]
-    if "model_trainer_state_bytes" in result and "compiler_trainer_state_bytes" in result:
-        model, compiler = (result["model_trainer_state_bytes"],
-                           result["compiler_trainer_state_bytes"])
-        out[f"{name}/trainer_state_gib_model"] = model / gib
-        out[f"{name}/trainer_state_gib_compiler"] = compiler / gib
-        out[f"{name}/trainer_state_compiler_vs_model"] = compiler / model
+    if result.get("hosts", 0) and "ablations" not in name and name != "notebook":
+        out.update({f"{name}/{k}": v for k, v in beside_model(result).items()})
     if "compile_s" in result:
         out[f"{name}/compile_s"] = result["compile_s"]
     return out
@@ -154,9 +152,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--table", action="store_true",
                         help="print the markdown table of the last run's results and stop")
     args = parser.parse_args(argv)
-    if args.table:
-        print(markdown(json.loads((RESULTS_DIR / "tpu_compile_programs.json").read_text())))
-        return {}
+    if args.table:  # the table, and the flat figures again, from the last run's reports
+        results = json.loads((RESULTS_DIR / "tpu_compile_programs.json").read_text())
+        print(markdown(results))
+        figures = {k: v for name, r in results.items() for k, v in flat(name, r).items()}
+        last = json.loads((RESULTS_DIR / "tpu_compile.json").read_text())  # its wall_s
+        print(f"written {write_result('tpu_compile', {**last, **figures})}")
+        return figures
     start = time.perf_counter()
     results = {"notebook": run(NOTEBOOK[0], (NOTEBOOK[1],), print)}
     if args.all:

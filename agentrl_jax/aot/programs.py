@@ -163,7 +163,8 @@ def sampler_programs(sampler: Sampler, every_bucket: bool = True) -> list[Progra
     if not every_bucket:
         calls = [max((c for c in calls if c.kind == kind), key=_call_size)
                  for kind in ("prefill", "decode")]
-    chips = sampler.programs.mesh.devices.size
+    mesh = sampler.programs.mesh
+    chips = 1 if mesh is None else mesh.devices.size
     return [Program(call.name, SAMPLER, sampler.programs.trace(call, sampler.weights,
                                                                sampler.pool), chips, held)
             for call in calls]

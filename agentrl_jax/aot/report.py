@@ -67,7 +67,7 @@ _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 def _compile(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
     """`lowered.compile()` past the persistent compilation cache: an executable for a device
     this process has no client for could never be loaded back from it."""
-    cached = jax.config.jax_enable_compilation_cache
+    cached = jax.config.values["jax_enable_compilation_cache"]
     jax.config.update("jax_enable_compilation_cache", False)
     try:
         return lowered.compile()
@@ -89,6 +89,8 @@ def analyse(program: Program, chip: Chip, model_flops: float | None = None) -> P
             raise
         temp = float(refused.group(1)) * _UNITS[refused.group(2)]
     else:
+        if memory is None:
+            raise RuntimeError(f"{program.name}: the compiler gave no memory analysis")
         arguments = float(memory.argument_size_in_bytes)
         outputs = float(memory.output_size_in_bytes)
         alias = float(memory.alias_size_in_bytes)

@@ -173,10 +173,10 @@ class ParamGather:
     process holding a shard must take part in each call."""
 
     def __init__(self):
-        self._whole: dict[Any, Callable] = {}
-        self._layer: dict[Any, Callable] = {}
+        self._whole: dict[Any, Any] = {}  # jitted: callable, and traceable ahead of time
+        self._layer: dict[Any, Any] = {}
 
-    def _fns(self, x: jax.Array) -> tuple[Callable, Callable]:
+    def _fns(self, x: jax.Array) -> tuple[Any, Any]:
         key = x.sharding
         assert isinstance(key, NamedSharding), "trainer arrays are placed on a mesh"
         if key not in self._whole:

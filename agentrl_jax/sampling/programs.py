@@ -121,15 +121,14 @@ class SamplerPrograms:
                     stop_ids=np.full((rows, self.config.max_stop_ids), -1, np.int32))
 
     def prefill_arrays(self, rows: int, bucket: int, width: int, masked: bool
-                       ) -> dict[str, np.ndarray | None]:
+                       ) -> dict[str, Any]:
         """A prefill call's arrays (`steps.prefill`'s arguments after the pool), empty rows."""
         return dict(tokens=np.zeros((rows, bucket), np.int32), start=np.zeros(rows, np.int32),
                     length=np.zeros(rows, np.int32), write=np.zeros((rows, bucket), np.int32),
                     table=np.zeros((rows, width), np.int32) if width else None,
                     bitmask=self._bitmask(rows, masked))
 
-    def decode_arrays(self, rows: int, width: int, masked: bool
-                      ) -> dict[str, np.ndarray | None]:
+    def decode_arrays(self, rows: int, width: int, masked: bool) -> dict[str, Any]:
         """A decode call's arrays (`steps.decode_chunk`'s arguments after the pool), all rows
         inactive."""
         return dict(tokens=np.zeros(rows, np.int32), positions=np.zeros(rows, np.int32),
