@@ -29,7 +29,7 @@ from benchmarks import pod_model
 from benchmarks.machine_info import RESULTS_DIR, write_result
 
 SLICES = ("v5p:2x2x1", "v5p:2x2x2", "v5p:2x2x4", "v5p:2x4x4", "v5p:4x4x4")
-PAPER = ("qwen25_3b", "qwen25_7b", "glm4_9b", "qwen25_14b", "qwen25_32b", "ablations:lora")
+PAPER = ("qwen25_3b", "qwen25_7b", "qwen25_14b", "qwen25_32b", "ablations:lora", "glm4_9b")
 NOTEBOOK = ("local_tictactoe", "v6e:1x1")  # the notebook's job, on a Colab TPU runtime
 
 

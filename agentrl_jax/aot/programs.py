@@ -105,8 +105,9 @@ def trainer_resident_bytes(trainer: train_step.Trainer) -> float:
 
 
 def trainer_programs(trainer: train_step.Trainer, every_bucket: bool = True) -> list[Program]:
-    """The train step's programs at every sequence bucket's full micro-batch
-    (`every_bucket=False`: the longest, the memory peak), and the update."""
+    """The train step's programs at every sequence bucket's full micro-batch, and the update.
+    `every_bucket=False`: only the longest bucket's `accumulate`, the memory peak (a step's
+    first micro-batch runs `gradient`, the same program less the gradient it adds to)."""
     state = trainer.abstract_state()
     opt_bytes = per_chip_bytes((state.opt_state, state.step, state.rng))
     ref_bytes = per_chip_bytes((trainer.ref_params, trainer.frozen_params))
@@ -116,7 +117,7 @@ def trainer_programs(trainer: train_step.Trainer, every_bucket: bool = True) -> 
     for length in lengths if every_bucket else lengths[-1:]:
         rows = micro_rows(length, int(trainer.config.tokens_per_micro), trainer.row_multiple)
         traced = trainer.trace(TrainBatch.zeros(rows, length))
-        for kind in ("gradient", "accumulate"):
+        for kind in ("gradient", "accumulate") if every_bucket else ("accumulate",):
             programs.append(Program(f"train_{kind}_{rows}x{length}", TRAINER, traced[kind],
                                     chips, opt_bytes))
     programs.append(Program("train_apply", TRAINER, traced["apply"], chips, ref_bytes))
