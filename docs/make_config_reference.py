@@ -90,6 +90,9 @@ MEANINGS: dict[str, str] = {
                                   "vocabulary's size nothing is pruned",
     "model.seed": "scratch: parameter initialisation seed",
     "model.dtype": "the sampler's compute dtype (parameters stay fp32, as the trainer's)",
+    "model.architecture": "the published model (`agentrl_jax.models.published`) whose shape "
+                          "`launch.tpu_pod --compile_only` builds when model.path has no "
+                          "config.json",
     "model.scratch.family": "scratch: decoder family (llama, qwen2, glm4)",
     "model.scratch.hidden_size": "scratch: model width",
     "model.scratch.intermediate_size": "scratch: MLP width",
@@ -307,6 +310,7 @@ EVAL_MEANINGS: dict[str, str] = {
 
 # Keys whose agentbench_fc value is set by each model file, not by base.py.
 PER_MODEL = {"name": "per model file", "model.parser": "per model file",
+             "model.architecture": "per model file",
              "run_dir": '`"runs/agentbench_fc/NAME"`'}
 
 
