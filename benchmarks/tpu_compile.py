@@ -8,7 +8,9 @@ For each config the slices are tried smallest first (v5p, 4 chips a host): a sli
 layout the config cannot make, or where what stays resident (`aot.programs.resident_bytes`)
 already exceeds a chip, is passed over without compiling; on the first other one every
 program is compiled at its largest shape (`compile_check`, `every_bucket=False`) and the
-search stops there if all fit. Beside each result, the capacity model's prediction
+search stops there if all fit, or if only sampler programs do not (a larger slice adds trainer
+chips, not a larger sampler replica). One config is also compiled on a slice of two hosts,
+for the weight gather's programs. Beside each result, the capacity model's prediction
 (`benchmarks/pod_model.py`) for the same split, and their ratio.
 
 Writes benchmarks/results/tpu_compile.json: per config, the slice, whether it fits, each
@@ -29,8 +31,20 @@ from benchmarks import pod_model
 from benchmarks.machine_info import RESULTS_DIR, write_result
 
 SLICES = ("v5p:2x2x1", "v5p:2x2x2", "v5p:2x2x4", "v5p:2x4x4", "v5p:4x4x4")
-PAPER = ("qwen25_3b", "qwen25_7b", "qwen25_14b", "qwen25_32b", "ablations:lora", "glm4_9b")
-NOTEBOOK = ("local_tictactoe", "v6e:1x1")  # the notebook's job, on a Colab TPU runtime
+# What --all compiles, in order: a name is searched over SLICES; NAME@TOPOLOGY is compiled on
+# that slice alone (here a slice of two hosts, for the weight gather's programs); "notebook"
+# is the notebook's job on a Colab TPU runtime, the default run.
+NOTEBOOK = "notebook"
+ALL = ("qwen25_3b", "qwen25_7b", "qwen25_14b", "qwen25_32b", "ablations:lora", NOTEBOOK,
+       "qwen25_7b@v5p:2x2x2", "glm4_9b")
+
+
+def job(key: str) -> tuple[str, tuple[str, ...]]:
+    """(config name, slices to try) of an entry of ALL."""
+    if key == NOTEBOOK:
+        return "local_tictactoe", ("v6e:1x1",)
+    name, _, topology = key.partition("@")
+    return name, (topology,) if topology else SLICES
 
 
 def load(name: str):
@@ -99,7 +113,11 @@ def run(name: str, slices: tuple[str, ...], log) -> dict:
             log(f"{name} on {topology}: passed over ({reason})")
             continue
         result = compile_check(config, topology, every_bucket=False, log=log)
-        if result["fits"] or topology == slices[-1]:
+        # A larger slice adds trainer chips, never a larger sampler replica (the model files
+        # fix its size): where only sampler programs overflow, no slice will fit.
+        sampler_only = all(r["role"] == programs.SAMPLER for r in result["program_reports"]
+                           if not r["fits"])
+        if result["fits"] or sampler_only or topology == slices[-1]:
             result["passed_over"] = tried
             return result
         tried[topology] = "compiled: " + "; ".join(result["not_fitting"])
@@ -119,7 +137,7 @@ def flat(name: str, result: dict) -> dict:
     if train:
         out[f"{name}/train_micro_roofline_s"] = train[-1]["roofline_s"]
         out[f"{name}/train_mfu_bound"] = train[-1]["mfu_bound"]
-    if result.get("hosts", 0) and "ablations" not in name and name != "notebook":
+    if result.get("hosts", 0) and "ablations" not in name and name != NOTEBOOK:
         out.update({f"{name}/{k}": v for k, v in beside_model(result).items()})
     if "compile_s" in result:
         out[f"{name}/compile_s"] = result["compile_s"]
@@ -151,7 +169,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--all", action="store_true", help="every paper config too")
     parser.add_argument("--table", action="store_true",
                         help="print the markdown table of the last run's results and stop")
+    parser.add_argument("--add", metavar="CONFIG[@TOPOLOGY]",
+                        help="compile one more entry into the last run's results")
     args = parser.parse_args(argv)
+    if args.add:
+        results = json.loads((RESULTS_DIR / "tpu_compile_programs.json").read_text())
+        results[args.add] = run(*job(args.add), print)
+        (RESULTS_DIR / "tpu_compile_programs.json").write_text(json.dumps(results, indent=1)
+                                                              + "\n")
+        args.table = True
     if args.table:  # the table, and the flat figures again, from the last run's reports
         results = json.loads((RESULTS_DIR / "tpu_compile_programs.json").read_text())
         print(markdown(results))
@@ -160,10 +186,12 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"written {write_result('tpu_compile', {**last, **figures})}")
         return figures
     start = time.perf_counter()
-    results = {"notebook": run(NOTEBOOK[0], (NOTEBOOK[1],), print)}
-    if args.all:
-        for name in PAPER:
-            results[name] = run(name, SLICES, print)
+    results = {}
+    for key in ALL if args.all else (NOTEBOOK,):
+        results[key] = run(*job(key), print)
+        # after each config: a long run stopped midway keeps what it compiled
+        (RESULTS_DIR / "tpu_compile_programs.json").write_text(json.dumps(results, indent=1)
+                                                              + "\n")
     figures = {}
     for name, result in results.items():
         figures.update(flat(name, result))
@@ -176,7 +204,6 @@ def main(argv: list[str] | None = None) -> dict:
               f"{f.get(f'{name}/sampler_peak_gib', float('nan')):12.1f} "
               f"{f.get(f'{name}/train_mfu_bound') or float('nan'):10.2f}")
     print(f"written {write_result('tpu_compile', figures)}")
-    (RESULTS_DIR / "tpu_compile_programs.json").write_text(json.dumps(results, indent=1) + "\n")
     return figures
 
 
