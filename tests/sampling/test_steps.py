@@ -22,7 +22,7 @@ def _decode_args(cfg: ModelConfig, rows: int):
 
 
 def _ynnpack_fusions(decode, w, args) -> int:
-    return decode.lower(w, *args).compile().as_text().count("__ynn_fusion")
+    return decode.trace(w, *args).lower().compile().as_text().count("__ynn_fusion")
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="YNNPACK is XLA's CPU backend")
