@@ -261,6 +261,9 @@ def _worker_env(options: WorkerSandbox) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["HOME"] = os.path.abspath(os.path.expanduser("~"))
     env["TMPDIR"] = "/tmp"
+    # A task worker computes on the CPU: JAX must not probe for a TPU (libtpu, installed for
+    # ahead-of-time compilation, aborts where the sandbox hides the PCI bus).
+    env["JAX_PLATFORMS"] = "cpu"
     env.update(options.env)
     return env
 
