@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> dict:
         results = json.loads((RESULTS_DIR / "tpu_compile_programs.json").read_text())
         print(markdown(results))
         figures = {k: v for name, r in results.items() for k, v in flat(name, r).items()}
-        last = json.loads((RESULTS_DIR / "tpu_compile.json").read_text())  # its wall_s
+        path = RESULTS_DIR / "tpu_compile.json"  # the last complete run's wall_s, if any
+        last = json.loads(path.read_text()) if path.exists() else {}
         print(f"written {write_result('tpu_compile', {**last, **figures})}")
         return figures
     start = time.perf_counter()
