@@ -53,6 +53,7 @@ class Program:
     traced: jax.stages.Traced  # `.lower().compile()` compiles it; `.jaxpr` is what it runs
     chips: int  # devices it spans
     held_bytes: float  # per chip: resident buffers that are not its arguments (see above)
+    tokens: int = 0  # a train program's micro-batch tokens (0 for any other program)
 
 
 def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
@@ -119,7 +120,7 @@ def trainer_programs(trainer: train_step.Trainer, every_bucket: bool = True) -> 
         traced = trainer.trace(TrainBatch.zeros(rows, length))
         for kind in ("gradient", "accumulate") if every_bucket else ("accumulate",):
             programs.append(Program(f"train_{kind}_{rows}x{length}", TRAINER, traced[kind],
-                                    chips, opt_bytes))
+                                    chips, opt_bytes, tokens=rows * length))
     programs.append(Program("train_apply", TRAINER, traced["apply"], chips, ref_bytes))
     return programs
 
@@ -184,7 +185,7 @@ def sync_programs(trainer: train_step.Trainer, processes: int) -> list[Program]:
         return []
     state = trainer.abstract_state()
     snapshot = sharding_lib.abstract_on(state.params, trainer.param_shardings)
-    held = per_chip_bytes((state, trainer.ref_params, trainer.frozen_params, snapshot))
+    held = trainer_resident_bytes(trainer) + per_chip_bytes(snapshot)
     chips = trainer.mesh.devices.size
     return [Program(f"sync_gather_{name}", SYNC, traced, chips, held)
             for name, traced in ParamGather().trace(snapshot).items()]

@@ -29,7 +29,7 @@ import jax
 
 from agentrl_jax.aot.hardware import GIB, Chip
 from agentrl_jax.aot.matmul_cost import jaxpr_cost
-from agentrl_jax.aot.programs import TRAINER, Program
+from agentrl_jax.aot.programs import Program
 
 
 @dataclasses.dataclass
@@ -110,20 +110,12 @@ def analyse(program: Program, chip: Chip, model_flops: float | None = None) -> P
                          accessed, roofline, mfu, compile_s)
 
 
-def micro_batch_tokens(name: str) -> int | None:
-    """Tokens of a train program's micro-batch from its name (`train_KIND_ROWSxLENGTH`)."""
-    shape = name.rsplit("_", 1)[-1]
-    rows, _, length = shape.partition("x")
-    return int(rows) * int(length) if rows.isdigit() and length.isdigit() else None
-
-
 def analyse_all(programs: Iterable[Program], chip: Chip, num_params: int,
                 log=print) -> list[ProgramReport]:
     """`analyse` for each program, logging each as it is done (compiles take a while)."""
     reports = []
     for program in programs:
-        tokens = micro_batch_tokens(program.name) if program.role == TRAINER else None
-        model_flops = 6.0 * num_params * tokens if tokens else None
+        model_flops = 6.0 * num_params * program.tokens if program.tokens else None
         report = analyse(program, chip, model_flops)
         reports.append(report)
         if log is not None:
