@@ -10,10 +10,10 @@ import platform
 RESULTS_DIR = pathlib.Path(__file__).parent / "results"
 
 
-def machine_info() -> dict[str, str | int]:
+def machine_info() -> dict[str, str | int | float]:
     import jax
 
-    info: dict[str, str | int] = {
+    info: dict[str, str | int | float] = {
         "machine": platform.machine(),
         "processor": _cpu_model(),
         "cpu_count": os.cpu_count() or 0,
@@ -21,6 +21,7 @@ def machine_info() -> dict[str, str | int]:
         "jax": jax.__version__,
         "jax_backend": jax.default_backend(),
         "jax_devices": len(jax.devices()),
+        **dot_rates(),
     }
     try:
         import torch
@@ -36,6 +37,31 @@ def machine_info() -> dict[str, str | int]:
     except ImportError:
         pass
     return info
+
+
+def dot_rates(rows: int = 2048, inner: int = 576, cols: int = 1536) -> dict[str, float]:
+    """This host's matrix-product rates, GFLOP/s, best of 5: `dot_fp32_gflops` (fp32
+    operands) and `dot_bf16_gflops` (bf16 operands, fp32 result, the form XLA CPU runs
+    natively where the CPU has bf16 instructions). Hosts of one machine kind differ (AVX512-BF16
+    against AMX, 2x against 4x), so figures from different hosts compare only through these."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    out = {}
+    for name, dtype in (("fp32", jnp.float32), ("bf16", jnp.bfloat16)):
+        a = jnp.ones((rows, inner), dtype)
+        b = jnp.ones((inner, cols), dtype)
+        dot = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+        dot(a, b).block_until_ready()
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            dot(a, b).block_until_ready()
+            best = min(best, time.perf_counter() - start)
+        out[f"dot_{name}_gflops"] = round(2 * rows * inner * cols / best / 1e9, 1)
+    return out
 
 
 def _cpu_model() -> str:

@@ -209,6 +209,11 @@ MEANINGS: dict[str, str] = {
     "rl.engine.in_flight": 'turns running at a weight update: "finish" on the weights they '
                            'started with, or "abort" (restart on the new ones)',
     "rl.engine.max_stop_ids": "stop token ids per request the device checks",
+    "rl.engine.compute_dtype": "the sampler's weights, KV pool and products in this dtype "
+                               "(e.g. bfloat16: products accumulate in fp32, logits fp32), "
+                               "cast once as weights are installed; None: the model's",
+    "rl.tasks": "the tasks RL draws episodes from (train splits); empty: every served task. "
+                "Evaluation covers every served task either way",
     "rl.engine.seed": "seeds requests that bring none",
     # rl.trainer
     "rl.trainer.temperature": "logits / temperature in the trainer's log-probs; unset: "

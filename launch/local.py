@@ -230,9 +230,10 @@ def evaluated_tasks(config: ml_collections.ConfigDict, subset: str) -> list[str]
 
 
 async def rl_task_indices(config, client) -> dict[str, list]:
-    """Per train task, the indices RL draws from: the split less the validation slice."""
+    """Per trained task (`rl.tasks`), the indices RL draws from: the split less the validation
+    slice."""
     tasks = {}
-    for task in config.env.tasks:
+    for task in rl_stage.trained_tasks(config.rl, config.env.tasks):
         name = task_key(task, config.env.train_split)
         tasks[name] = protocol.rl_indices(await client.get_indices(name), config.demos.per_task,
                                           config.eval.validation_per_task)

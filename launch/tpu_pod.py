@@ -342,7 +342,7 @@ async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pa
                     await evaluate(config, policy, engine, client, "eval_before", log_dir,
                                    metrics, 0)
                 tasks = {}
-                for task in config.env.tasks:
+                for task in rl_stage.trained_tasks(config.rl, config.env.tasks):
                     name = task_key(task, config.env.train_split)
                     tasks[name] = await client.get_indices(name)
 
@@ -409,7 +409,8 @@ def follow(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathli
         start_host_samplers(config, setup.meta["hub"], engines, 0, device=device, into=samplers)
         return feed(samplers, device)
 
-    make_driver = functools.partial(MultiHostDriver, channel=channel, place=place)
+    make_driver = functools.partial(MultiHostDriver, channel=channel, place=place,
+                                    sampler_dtype=config.rl.engine.get("compute_dtype"))
     try:
         return rl_stage.follow_rl(config.rl, model=model, trainer_mesh=layout.trainer,
                                   run_dir=config.run_dir, make_driver=make_driver,
@@ -434,7 +435,8 @@ def run(config: ml_collections.ConfigDict) -> TrainState:
     channel = None
     if jax.process_count() > 1:
         channel = multihost.Channel(layout.trainer.devices.flat)
-        make_driver = functools.partial(MultiHostDriver, channel=channel)
+        make_driver = functools.partial(MultiHostDriver, channel=channel,
+                                        sampler_dtype=config.rl.engine.get("compute_dtype"))
     if not multihost.is_leader():
         return follow(config, layout, policy_dir, model, reference, channel)
     result = asyncio.run(lead(config, layout, policy_dir, model, reference, make_driver,

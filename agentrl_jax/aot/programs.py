@@ -10,8 +10,9 @@ counted per program as `held_bytes`:
             parameters, the batch, the KL reference); the KL reference during the update
   sampler   further copies of the weights beside the ones a call reads: the next version,
             placed while requests in flight finish on the current one, and the stale snapshot
-            of cross-policy sampling (`pipeline.stale_policy_ratio` > 0); with LoRA the copies
-            are adapters over one shared base, and none is counted
+            of cross-policy sampling (`pipeline.stale_policy_ratio` > 0), each in the engine's
+            `compute_dtype` (weights are cast before they are copied over); with LoRA the
+            copies are adapters over one shared base, and none is counted
   sync      the train state and reference, and the snapshot of the weights being gathered
 """
 
@@ -177,10 +178,12 @@ def _call_size(call: Call) -> tuple[int, int]:
     return call.rows * (call.length + call.width), call.rows
 
 
-def sync_programs(trainer: train_step.Trainer, processes: int) -> list[Program]:
+def sync_programs(trainer: train_step.Trainer, processes: int,
+                  sampler_dtype: str | None = None) -> list[Program]:
     """The weight gather of a multi-process run (`trainer_driver.ParamGather`, one layer at a
-    time for stacked leaves); none on one process, whose weights reach the sampler by a
-    device-to-device copy, which compiles nothing."""
+    time for stacked leaves, cast to the samplers' `sampler_dtype` unless the trainer's are
+    adapters); none on one process, whose weights reach the sampler by a device-to-device
+    copy, which compiles nothing."""
     if processes < 2:
         return []
     state = trainer.abstract_state()
@@ -188,7 +191,8 @@ def sync_programs(trainer: train_step.Trainer, processes: int) -> list[Program]:
     held = trainer_resident_bytes(trainer) + per_chip_bytes(snapshot)
     chips = trainer.mesh.devices.size
     return [Program(f"sync_gather_{name}", SYNC, traced, chips, held)
-            for name, traced in ParamGather().trace(snapshot).items()]
+            for name, traced in ParamGather(
+                None if trainer.lora is not None else sampler_dtype).trace(snapshot).items()]
 
 
 def local_layout(devices: list[jax.Device]) -> pod_layout.Layout:
@@ -241,4 +245,5 @@ def run_programs(config: ml_collections.ConfigDict, devices: list[jax.Device],
         for program in sampled:
             program.held_bytes += trainer_resident_bytes(trainer)
     processes = len({d.process_index for d in devices})
-    return [*trained, *sampled, *sync_programs(trainer, processes)]
+    return [*trained, *sampled,
+            *sync_programs(trainer, processes, config.rl.engine.get("compute_dtype"))]

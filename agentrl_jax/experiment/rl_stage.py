@@ -73,7 +73,22 @@ def default_config() -> ml_collections.ConfigDict:
                                 prefill_buckets=(128, 512, 2048),
                                 context_buckets=(1024, 2048, 4096)),
         checkpoint=dict(every=10, keep=2),
+        # The tasks RL draws episodes from (their train splits); empty: every task the
+        # environments serve. Evaluation covers every served task either way.
+        tasks=(),
     ))
+
+
+def trained_tasks(config: ml_collections.ConfigDict, served: Sequence[str]) -> list[str]:
+    """The tasks of `served` that RL trains on (`config.tasks`, in `served`'s order).
+
+    Raises ValueError on a task that is not served: a typo would otherwise train on nothing.
+    """
+    chosen = tuple(config.get("tasks") or ())
+    unknown = sorted(set(chosen) - set(served))
+    if unknown:
+        raise ValueError(f"rl.tasks {unknown} are not among the served tasks {list(served)}")
+    return [t for t in served if not chosen or t in chosen]
 
 
 def agent_spec(config: ml_collections.ConfigDict, policy: Policy,

@@ -170,20 +170,30 @@ def open_training(
 
 class ParamGather:
     """All-gathers sharded arrays over their mesh, stacked layers one layer at a time; every
-    process holding a shard must take part in each call."""
+    process holding a shard must take part in each call.
 
-    def __init__(self):
+    `dtype`: floating arrays are cast to it before they are gathered (a bf16 sampler's weights:
+    half the bytes moved, and no full-precision copy lands beside the sampler's); None keeps
+    them as they are."""
+
+    def __init__(self, dtype: Any = None):
+        self.dtype = None if dtype is None else jnp.dtype(dtype)
         self._whole: dict[Any, Any] = {}  # jitted: callable, and traceable ahead of time
         self._layer: dict[Any, Any] = {}
 
+    def _cast(self, a: jax.Array) -> jax.Array:
+        if self.dtype is None or not jnp.issubdtype(a.dtype, jnp.floating):
+            return a
+        return a.astype(self.dtype)
+
     def _fns(self, x: jax.Array) -> tuple[Any, Any]:
-        key = x.sharding
-        assert isinstance(key, NamedSharding), "trainer arrays are placed on a mesh"
+        key = (x.sharding, jnp.issubdtype(x.dtype, jnp.floating))
+        assert isinstance(x.sharding, NamedSharding), "trainer arrays are placed on a mesh"
         if key not in self._whole:
-            replicated = NamedSharding(key.mesh, PartitionSpec())
-            self._whole[key] = jax.jit(lambda a: a, out_shardings=replicated)
+            replicated = NamedSharding(x.sharding.mesh, PartitionSpec())
+            self._whole[key] = jax.jit(self._cast, out_shardings=replicated)
             self._layer[key] = jax.jit(
-                lambda a, i: jax.lax.dynamic_index_in_dim(a, i, keepdims=False),
+                lambda a, i: self._cast(jax.lax.dynamic_index_in_dim(a, i, keepdims=False)),
                 out_shardings=replicated)
         return self._whole[key], self._layer[key]
 
@@ -316,15 +326,19 @@ class MultiHostDriver(TrainerDriver):
     """Every process's driver in a `jax.distributed` run: the leader announces, all perform.
 
     `place`: where this process keeps the gathered weights of `weights` (default `host`; a
-    process with sampler chips of its own passes a device placement). Followers call `serve`
-    (whose `on_weights` is theirs; the constructor's is the leader's).
+    process with sampler chips of its own passes a device placement). `sampler_dtype`: the
+    samplers' weight dtype (`EngineConfig.compute_dtype`), which the full weights are cast to
+    before they are gathered for them. Followers call `serve` (whose `on_weights` is theirs;
+    the constructor's is the leader's).
     """
 
     def __init__(self, training: Training, channel: multihost.Channel,
-                 place: Place | None = None, on_weights: OnWeights | None = None):
+                 place: Place | None = None, on_weights: OnWeights | None = None,
+                 sampler_dtype: str | None = None):
         super().__init__(training, on_weights)
         self._channel = channel
         self._gather = ParamGather()
+        self._to_samplers = ParamGather(sampler_dtype)
         self._place = place
         self.is_leader = channel.is_leader
         self._host_base: Any = None  # LoRA: the leader's host copy of the base, from `finish`
@@ -417,7 +431,7 @@ class MultiHostDriver(TrainerDriver):
         if self.lora is not None:  # the adapters alone: the samplers keep the base
             gathered = self._gather(state.params, place)
         else:
-            gathered = self._gather(weights_of(self._trainer.model(state.params)), place)
+            gathered = self._to_samplers(weights_of(self._trainer.model(state.params)), place)
         if place is host:
             return stacked(gathered)
         return gathered

@@ -55,7 +55,7 @@ class AdapterSamplingEngine(AsyncSamplingEngine):
                  rules: sharding_lib.Rules = sharding_lib.DEFAULT_RULES):
         """`engine` serves `model` (a Decoder with adapters) on `mesh`; the base is taken from
         `model` once."""
-        if model.cfg.lora is None or engine.cfg != model.cfg:
+        if model.cfg.lora is None or engine.cfg.replace(dtype=model.cfg.dtype) != model.cfg:
             raise ValueError("an AdapterSamplingEngine needs the engine's own model with adapters")
         super().__init__(engine)
         self._names = adapter_names(model)

@@ -58,6 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
@@ -81,8 +82,8 @@ from agentrl_jax.sampling.weights import (
     PolicyWeights,
     SamplerWeights,
     Weights,
+    cast_floating,
     place_weights,
-    split_layers,
     weight_shardings,
     weights_of,
 )
@@ -127,6 +128,11 @@ class EngineConfig:
       max_stop_ids: stop token ids per request the device checks.
       seed: seeds requests that bring none.
       prefix_cache: share the k/v of common prompt prefixes between requests.
+      compute_dtype: the dtype the engine keeps its weights and KV pool in and computes in
+        (e.g. "bfloat16": products accumulate in fp32, logits are fp32); None: the model's.
+        Weights are cast once as they are installed. bf16 halves the bytes a decode step
+        reads; on a CPU whether it is faster depends on the rows per call
+        (`benchmarks/sampler_dtype.py`).
     """
 
     max_batch: int = 32
@@ -145,6 +151,7 @@ class EngineConfig:
     max_stop_ids: int = 8
     seed: int = 0
     prefix_cache: bool = True
+    compute_dtype: str | None = None
 
     def __post_init__(self):
         if not self.prefill_batch_buckets or min(self.prefill_batch_buckets) < 1:
@@ -266,13 +273,12 @@ class SamplingEngine:
           rules: logical-axis rules mapping parameters onto `mesh`.
           decode_fn: token ids → text, needed for stop strings.
         """
-        self.cfg = model.cfg
         self.config = config
         self.decode_fn = decode_fn
         self._graphdef = nnx.graphdef(model)
-        self._programs = SamplerPrograms(self.cfg, config, mesh,
+        self._programs = SamplerPrograms(model.cfg, config, mesh,
                                          weight_shardings(model, mesh, rules), rules)
-        self._split = jax.jit(split_layers, out_shardings=self._programs.split_shardings)
+        self.cfg = self._programs.cfg  # the model's, in the engine's compute dtype
         self._prefill_buckets, self._context_buckets, self._batch_buckets = (
             config.sorted_buckets()
         )
@@ -282,7 +288,10 @@ class SamplingEngine:
             config.prefill_call_fits)
         decode_call_tokens = config.decode_call_tokens
         if decode_call_tokens == -1:
-            weight_bytes = sum(x.nbytes for x in jax.tree.leaves(weights_of(model)))
+            itemsize = np.dtype(self.cfg.dtype).itemsize
+            weight_bytes = sum(x.size * (itemsize if jnp.issubdtype(x.dtype, jnp.floating)
+                                         else x.dtype.itemsize)
+                               for x in jax.tree.leaves(weights_of(model)))
             kv_bytes = (2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.cfg.head_dim
                         * np.dtype(self.cfg.dtype).itemsize)
             decode_call_tokens = call_tokens_of(weight_bytes, kv_bytes)
@@ -312,8 +321,11 @@ class SamplingEngine:
             if isinstance(params, nnx.State):
                 params = nnx.merge(self._graphdef, params)
             weights = weights_of(params) if isinstance(params, Decoder) else params
+            # Cast where they are, before the copy: no full-precision copy on the sampler's
+            # devices beside the weights it serves.
+            weights = cast_floating(weights, self._programs.weights_dtype)
             weights = place_weights(weights, self._programs.weight_shardings)
-            weights = self._split(weights)
+            weights = self._programs.layout(weights)
             if stage_clock.enabled():   # timed to its end, not to its dispatch
                 jax.block_until_ready(weights)
             return weights
@@ -329,7 +341,10 @@ class SamplingEngine:
         self.install(policy, version, self.prepare_weights(params))
 
     def install(self, policy: str, version: int, weights: SamplerWeights) -> None:
-        """`update_params` with weights already prepared by `prepare_weights`."""
+        """`update_params` with weights already in the sampler's layout (`prepare_weights`, or
+        placed by a trainer on the sampler's devices: cast there if their dtype is not the
+        engine's)."""
+        weights = self._programs.in_compute_dtype(weights)
         self._policies[policy] = PolicyWeights(policy, version, weights, next(self._serials))
         self._flush_unserved()
         if self.config.in_flight == "abort":

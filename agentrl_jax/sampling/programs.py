@@ -11,9 +11,11 @@ two cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -22,7 +24,7 @@ from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.sampling.constraint import bitmask_words
 from agentrl_jax.sampling.forward import POOL_AXES, KVPool
 from agentrl_jax.sampling.steps import RowParams, compile_steps
-from agentrl_jax.sampling.weights import split_layers, split_shardings
+from agentrl_jax.sampling.weights import cast_floating, split_layers, split_shardings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,13 +49,26 @@ class Call:
 class SamplerPrograms:
     """The jitted prefill and decode programs of an engine of `config` (an `EngineConfig`)
     for a model of shape `cfg`, with weights on `weight_shardings` over `mesh` (None: one
-    device)."""
+    device).
+
+    With `config.compute_dtype` set, `cfg` is the model's with that compute dtype (`self.cfg`),
+    and the weights and the KV pool are kept in it: `layout` casts the weights once as they are
+    installed, rather than every call casting them."""
 
     def __init__(self, cfg: ModelConfig, config: Any, mesh: Mesh | None,
                  weight_shardings: Any, rules: sharding_lib.Rules = sharding_lib.DEFAULT_RULES):
+        compute_dtype = getattr(config, "compute_dtype", None)
+        self.weights_dtype = jnp.dtype(compute_dtype) if compute_dtype else None
+        if self.weights_dtype is not None:
+            cfg = cfg.replace(dtype=self.weights_dtype)
         self.cfg, self.config, self.mesh = cfg, config, mesh
         self.weight_shardings = weight_shardings
         self.split_shardings = split_shardings(weight_shardings, cfg.num_layers)
+        # `Weights` (any dtype) -> the programs' `SamplerWeights`, on their shardings.
+        self.layout = jax.jit(functools.partial(split_layers, dtype=self.weights_dtype),
+                              out_shardings=self.split_shardings)
+        self._cast = jax.jit(functools.partial(cast_floating, dtype=self.weights_dtype),
+                             out_shardings=self.split_shardings)
         self.pool_sharding = self.replicated = None
         pool = self.abstract_pool()
         if mesh is not None:
@@ -89,8 +104,16 @@ class SamplerPrograms:
     def abstract_weights(self, weights: Any) -> Any:
         """Sampler-layout weights (`split_layers`) of `weights` (a `weights_of` tree, abstract
         or not) as shapes on the split shardings: what every program takes."""
-        return sharding_lib.abstract_on(jax.eval_shape(split_layers, weights),
-                                        self.split_shardings)
+        return sharding_lib.abstract_on(
+            jax.eval_shape(functools.partial(split_layers, dtype=self.weights_dtype), weights),
+            self.split_shardings)
+
+    def in_compute_dtype(self, weights: Any) -> Any:
+        """Sampler-layout weights placed elsewhere (a trainer's `PlacedWeights`) in the
+        programs' weight dtype: cast on their devices when they arrive in another."""
+        if self.weights_dtype is None or jax.tree.leaves(weights)[0].dtype == self.weights_dtype:
+            return weights
+        return self._cast(weights)
 
     # ---- calls -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -76,12 +77,22 @@ def place_weights(weights: Any, shardings: Any) -> Any:
     return jax.device_put(weights, jax.local_devices()[0] if shardings is None else shardings)
 
 
-def split_layers(weights: Weights) -> SamplerWeights:
-    """The sampler layout of `weights`: the stacked layer parameters split per layer."""
+def split_layers(weights: Weights, dtype: Any = None) -> SamplerWeights:
+    """The sampler layout of `weights`: the stacked layer parameters split per layer, every
+    floating array cast to `dtype` (None: kept as it is)."""
+    weights = cast_floating(weights, dtype)
     stacked = weights["layers"]
     n_layers = next(iter(stacked.values())).shape[0]
     layers = tuple({name: v[i] for name, v in stacked.items()} for i in range(n_layers))
     return {**weights, "layers": layers}
+
+
+def cast_floating(tree: Any, dtype: Any = None) -> Any:
+    """`tree` with every floating array cast to `dtype` (None: `tree` itself)."""
+    if dtype is None:
+        return tree
+    return jax.tree.map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
 def split_shardings(shardings: Any, num_layers: int) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import pytest
 from absl import app
@@ -26,26 +25,3 @@ def test_per_request_http_lines_are_kept_off_the_console():
         assert httpx.isEnabledFor(logging.WARNING)
     finally:
         httpx.setLevel(before)
-
-
-def test_without_an_accelerator_jax_is_pinned_to_the_cpu(monkeypatch, tmp_path):
-    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
-    monkeypatch.setattr(process.importlib.util, "find_spec", lambda name: None)
-    other = tmp_path / "vendor"
-    other.write_text("0x8086\n")
-    monkeypatch.setattr(process.glob, "glob", lambda pattern: [str(other)])
-    process.pin_cpu_without_accelerator()
-    assert os.environ["JAX_PLATFORMS"] == "cpu"
-
-
-def test_a_tpu_chip_or_a_users_choice_is_left_alone(monkeypatch, tmp_path):
-    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
-    monkeypatch.setattr(process.importlib.util, "find_spec", lambda name: None)
-    tpu = tmp_path / "vendor"
-    tpu.write_text(process.GOOGLE_PCI_VENDOR + "\n")
-    monkeypatch.setattr(process.glob, "glob", lambda pattern: [str(tpu)])
-    process.pin_cpu_without_accelerator()
-    assert "JAX_PLATFORMS" not in os.environ
-    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
-    process.pin_cpu_without_accelerator()
-    assert os.environ["JAX_PLATFORMS"] == "cuda"

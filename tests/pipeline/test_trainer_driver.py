@@ -39,6 +39,23 @@ def test_gather_brings_sharded_parameters_to_the_host():
     assert gather(placed, None) == {"stacked": None, "embed": None}
 
 
+def test_gather_for_a_bf16_sampler_casts_before_gathering():
+    """`ParamGather(dtype)` moves floating arrays in the samplers' dtype (half the bytes for
+    bf16), rounded once; integer arrays keep theirs."""
+    import ml_dtypes
+
+    mesh = make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4])
+    tree, placed = sharded_tree(mesh)
+    placed["steps"] = jax.device_put(np.arange(4, dtype=np.int32),
+                                     NamedSharding(mesh, PartitionSpec("fsdp")))
+    host = weight_sync.stacked(trainer_driver.ParamGather("bfloat16")(placed))
+    for k in tree:
+        assert host[k].dtype == ml_dtypes.bfloat16
+        np.testing.assert_array_equal(host[k], tree[k].astype(ml_dtypes.bfloat16))
+    assert host["steps"].dtype == np.int32
+    np.testing.assert_array_equal(host["steps"], np.arange(4))
+
+
 def test_gather_places_layers_device_to_device_on_another_mesh():
     """The trainer's gathered layers go straight onto a sampler mesh of other devices, each
     layer on the sampler's own sharding, with no host copy on the way."""

@@ -342,3 +342,36 @@ def test_bad_requests_fail_alone(llama):
         engine.step()
     assert isinstance(outcomes[0], KeyError)
     assert outcomes[1].tokens == reference_greedy(llama, [1, 2], 10)
+
+
+def test_bf16_engine_keeps_bf16_weights_and_pool_and_matches_bf16_trainer_logprobs(llama):
+    """`compute_dtype="bfloat16"`: the weights are cast once as installed (fp32 weights handed
+    over later, in the sampler's layout, are cast too), the pool is bf16, and the behaviour
+    log-probabilities are the bf16 trainer's recomputation of the same tokens (fp32 logits)."""
+    from flax import nnx
+
+    from agentrl_jax.sampling.weights import split_layers, weights_of
+
+    engine = make_engine(llama, compute_dtype="bfloat16")
+    assert engine.cfg.dtype == jnp.bfloat16 and llama.cfg.dtype == jnp.float32
+    for placed in (engine.prepare_weights(llama), None):
+        if placed is None:   # a trainer's copy placed in the sampler's layout, still fp32
+            engine.install("current", 1, split_layers(weights_of(llama)))
+            placed = engine._policies["current"].weights
+        assert {x.dtype for x in jax.tree.leaves(placed)} == {jnp.dtype(jnp.bfloat16)}
+    assert engine._cache.k.dtype == engine._cache.v.dtype == jnp.bfloat16
+
+    bf16_model = nnx.merge(*nnx.split(llama))
+    bf16_model.cfg = llama.cfg.replace(dtype=jnp.bfloat16)
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)
+    prompt = random_prompt(13, seed=4)
+    result = engine.generate([GenerateRequest(prompt, params)])[0]
+    seq = jnp.asarray([prompt + result.tokens], jnp.int32)
+    positions = jnp.arange(seq.shape[1])[None]
+    args = (seq[:, :-1], positions[:, :-1], jnp.ones_like(seq[:, :-1]), seq[:, 1:])
+    expected_bf16 = np.asarray(token_logprobs(bf16_model, *args)[0][0, len(prompt) - 1:])
+    expected_fp32 = np.asarray(token_logprobs(llama, *args)[0][0, len(prompt) - 1:])
+    gap_bf16 = np.abs(np.asarray(result.logprobs) - expected_bf16).max()
+    gap_fp32 = np.abs(np.asarray(result.logprobs) - expected_fp32).max()
+    assert gap_bf16 < 0.05, gap_bf16
+    assert gap_bf16 < gap_fp32   # it computes in bf16, not fp32
