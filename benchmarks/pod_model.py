@@ -78,9 +78,9 @@ ASSUMED = dict(
     prefill_mfu=0.5,
     train_mfu=0.4,
     ici_efficiency=0.7,
-    # precision as the code runs it: sampler parameters in the trainer's dtype (fp32) so an
-    # update never recompiles; bf16 compute; KV pages bf16. `bf16_sampler` halves the weights.
-    sampler_param_bytes=4,
+    # precision as the paper configs run it: sampler weights, compute and KV pages in bf16
+    # (`rl.engine.compute_dtype`); `fp32_sampler` is the engine without it.
+    sampler_param_bytes=2,
     kv_bytes=2,
     trainer_bytes_per_param=16,   # fp32 weights + Adam moments + fp32 gradient
     # the frozen bf16 KL reference beside them (kl_coef > 0 without LoRA), which the
@@ -282,7 +282,7 @@ def main() -> None:
                  "machine": machine_info()}
     headline: dict[str, float] = {}
     out["headline"] = headline
-    variants = {"fp32_sampler": ASSUMED, "bf16_sampler": {**ASSUMED, "sampler_param_bytes": 2}}
+    variants = {"bf16_sampler": ASSUMED, "fp32_sampler": {**ASSUMED, "sampler_param_bytes": 4}}
     for variant, a in variants.items():
         for slice_name in SLICES:
             for model_name in MODELS:

@@ -89,7 +89,6 @@ MEANINGS: dict[str, str] = {
                                   "demonstrations never had encode as in pretraining; at the "
                                   "vocabulary's size nothing is pruned",
     "model.seed": "scratch: parameter initialisation seed",
-    "model.dtype": "the sampler's compute dtype (parameters stay fp32, as the trainer's)",
     "model.architecture": "the published model (`agentrl_jax.models.published`) whose shape "
                           "`launch.tpu_pod --compile_only` builds when model.path has no "
                           "config.json",

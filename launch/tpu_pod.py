@@ -229,10 +229,11 @@ def copy_files(local: pathlib.Path, url: str) -> None:
 
 def load_sampler_policy(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
                         mesh: Mesh, tokenizer: Any) -> policy_lib.Policy:
-    """A sampler replica's own copy, on its own devices: parameters as the trainer's (so weight
-    updates keep shapes and dtypes, hence compile nothing), compute in `model.dtype`."""
+    """A sampler replica's own copy, on its own devices, in the engine's dtype
+    (`rl.engine.compute_dtype`; unset: as stored)."""
+    dtype = _dtype(config.rl.engine.get("compute_dtype"))
     model = load_hf(policy_dir, mesh=mesh,
-                    **({"dtype": _dtype(config.model.dtype)} if config.model.dtype else {}))
+                    **({"dtype": dtype, "param_dtype": dtype} if dtype is not None else {}))
     return policy_lib.Policy(model, tokenizer, config.model.parser)
 
 

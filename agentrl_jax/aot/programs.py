@@ -143,12 +143,10 @@ class Sampler:
 
 def build_sampler(config: ml_collections.ConfigDict, cfg: ModelConfig,
                   layout: pod_layout.Layout) -> Sampler:
-    """The sampler replica as `launch.tpu_pod` builds it: parameters in the trainer's dtype,
-    compute in `model.dtype`, adapters where the trainer has them."""
+    """The sampler replica as `launch.tpu_pod` builds it: weights, pool and compute in the
+    engine's `compute_dtype` (`SamplerPrograms`), adapters where the trainer has them."""
     lora = train_step.lora_of(trainer_config(config.rl))
-    model_dtype = config.model.get("dtype")
-    sampler_cfg = cfg.replace(lora=lora, **({"dtype": jnp.dtype(model_dtype)}
-                                            if model_dtype else {}))
+    sampler_cfg = cfg.replace(lora=lora)
     mesh = layout.samplers[0]
     programs = SamplerPrograms(sampler_cfg, dataclass_from(config.rl.engine, EngineConfig),
                                mesh, weight_shardings(_abstract(sampler_cfg), mesh))

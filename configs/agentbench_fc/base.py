@@ -30,8 +30,10 @@ that many devices of every other host run samplers of their own too (engines and
 workers claiming groups from process 0's rollout hub), one replica per process or, with
 `sampler_tensor_parallel`, replicas of that many devices each; every other device of the slice
 trains (`mesh.trainer`: data × fsdp × tensor, one size -1 = the rest). The model files set sizes
-for hosts of 4 chips with ~95 GB each (TPU v5p); the sampler holds fp32 parameters (the
-trainer's dtype, so weight updates never recompile) and computes in `model.dtype`.
+for hosts of 4 chips with ~95 GB each (TPU v5p); the sampler keeps its weights and KV pool in
+bf16 and computes in it (`rl.engine.compute_dtype`): each version is cast to bf16 before it is
+gathered or copied to the sampler's chips, so its weight copies take half the HBM of the
+trainer's fp32 ones.
 """
 
 from __future__ import annotations
@@ -63,7 +65,6 @@ def get_config(name: str, parser: str, architecture: str = "") -> ml_collections
     c.model = policy_lib.default_config()
     c.model.update(source="hf", path="", parser=parser)
     c.model.architecture = architecture  # the shape where model.path has no config.json
-    c.model.dtype = "bfloat16"  # the sampler's compute dtype
 
     c.mesh = ml_collections.ConfigDict(dict(
         sampler_devices=1,
@@ -110,7 +111,8 @@ def get_config(name: str, parser: str, architecture: str = "") -> ml_collections
     c.rl.engine.update(max_batch=64, page_size=16, num_pages=16384, max_context=8192,
                        prefill_buckets=(256, 1024, 4096, 8192), prefill_call_tokens=1024,
                        max_prefill_tokens=8192,
-                       context_buckets=(1024, 2048, 4096, 8192), batch_buckets=(1, 8, 32, 64))
+                       context_buckets=(1024, 2048, 4096, 8192), batch_buckets=(1, 8, 32, 64),
+                       compute_dtype="bfloat16")
     c.rl.checkpoint.update(every=25, keep=3)
 
     c.eval = ml_collections.ConfigDict(dict(

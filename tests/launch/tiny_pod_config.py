@@ -11,7 +11,7 @@ from configs.agentbench_fc import base
 def get_config() -> ml_collections.ConfigDict:
     c = base.get_config("tiny", parser="hermes")
     c.env.tasks = ("coin",)
-    c.model.dtype = ""  # fp32 compute on CPU
+    c.rl.engine.compute_dtype = None  # fp32 on CPU
     c.mesh.sampler_devices = 1  # process 0: sampler on its device 0, trainer on its device 1
     # Lockstep (staleness 0) with the stale snapshot refreshed every step: every token of step
     # s is sampled with the weights of step s - 1, which the test checks through the PPO ratio.
