@@ -8,13 +8,13 @@
 `:lora` trains LoRA adapters (rank 16, alpha 32, every projection) in both the warm start (merged
 into the model at its end) and RL, over a frozen base, at 10x the learning rates (docs/lora.md).
 
-Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. Measured on
-the 2-core CPU (docs/warm_start.md): the warm start's 150 steps (two epochs over 95
-demonstrations) took 81 min in fp32 (2026-12-04) and 34 min computing in bf16
-(`sft.compute_dtype`, 2026-12-05; 1.45-1.55x a step in same-run pairs of
-benchmarks/warm_start_step.py), with the same validation success (6 and 7 of 40); the fp32 run
-held ~12.7 GB resident, and the evaluation after it peaked at 13.1 GB before the prefill cap
-(`rl.engine.max_prefill_tokens`). Keep the model's whole
+Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. The
+trainer (warm start and RL) and the sampler compute in bf16 where the host runs bf16 products
+natively and in fp32 elsewhere (`"auto"`, agentrl_jax/precision.py). Measured on 2-core CPUs
+(docs/warm_start.md): the warm start's 150 steps (two epochs over 95 demonstrations) took
+81 min in fp32 and 34 min in bf16 on a host with AVX512-BF16, with the same validation success
+(6 and 7 of 40); the fp32 run held ~12.7 GB resident, and the evaluation after it peaked at
+13.1 GB before the prefill cap (`rl.engine.max_prefill_tokens`). Keep the model's whole
 vocabulary here: pruned to the demonstrations' (`model.shrink_layers=30`) it cannot copy the
 names of unseen episodes (0 of 40 validation episodes against 1 of 40, docs/warm_start.md).
 
@@ -45,17 +45,30 @@ def get_config(mode: str = "") -> object:
     # (docs/warm_start.md).
     c.sft.optimizer.update(learning_rate=5e-5, warmup_steps=5)
     c.sft.epochs = 2
-    # bf16 products (fp32 master weights): 7 of 40 validation episodes against fp32's 6, in
-    # 34 min against 81 (docs/warm_start.md, docs/performance.md).
-    c.sft.compute_dtype = "bfloat16"
-    # The RL step in bf16 too: its log-probs stay within 6e-4 (KL) of the fp32 sampler's
+    # bf16 products (fp32 master weights) where this host runs them natively ("auto":
+    # agentrl_jax/precision.py), fp32 elsewhere. On a CPU with AVX512-BF16 the warm start took
+    # 34 min against fp32's 81 and solved 7 of 40 validation episodes against 6; on one
+    # without, bf16 runs slower than fp32 (docs/warm_start.md, docs/performance.md).
+    c.sft.compute_dtype = "auto"
+    # The RL step too: in bf16 its log-probs stay within 6e-4 (KL) of an fp32 sampler's
     # (benchmarks/precision_gap.py; 5e-4 in the RL steps of docs/warm_start.md).
-    c.rl.trainer.compute_dtype = "bfloat16"
+    c.rl.trainer.compute_dtype = "auto"
+    # The sampler too: weights and KV in bf16, products accumulating in fp32
+    # (benchmarks/sampler_dtype.py).
+    c.rl.engine.compute_dtype = "auto"
     c.rl.trainer.optimizer.learning_rate = 1e-6 * 5
     if not mode:
         c.demos.per_task = 20
         c.sft.tokens_per_micro = c.rl.trainer.tokens_per_micro = 4096
-        c.rl.pipeline.update(steps=10, groups_per_step=5, group_size=4)
+        # RL where the reward varies: every task but ALFWorld, whose admissible-action lists
+        # fill the 4,096-token context by turn ~12 (its episodes cost the most and it solves
+        # about one in eight validation episodes). Groups of 8 (AgentRL's G): at a success rate
+        # p a group has no reward variance with probability p^8 + (1-p)^8, 0.34 at p = 1/8
+        # against 0.59 for groups of 4. Two groups a step, drawn from at most four, four in
+        # flight (32 episodes, the engine's rows). Evaluation covers all five tasks.
+        c.rl.tasks = ("db", "kg", "os_interaction", "webshop")
+        c.rl.pipeline.update(steps=10, groups_per_step=2, group_size=8, max_draws_per_step=4,
+                             rollout_workers=4)
         c.eval.per_task = 10
         # 32 episodes in flight hold up to ~3k tokens each (ALFWorld's, evaluated together):
         # in 2,048 pages (32k tokens) their KV did not fit, and the engine re-prefilled

@@ -54,7 +54,7 @@ from jax.sharding import Mesh
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from agentrl_jax import compile_cache, hostmem, stage_clock
+from agentrl_jax import compile_cache, hostmem, precision, stage_clock
 from agentrl_jax.cache_dirs import cache_root
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, copy_probe, first_call, protocol
@@ -162,11 +162,12 @@ def prepare_task_data(config: ml_collections.ConfigDict, run: RunDir) -> None:
 
 def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) -> str:
     """What decides the warm-started policy; equal keys share one cached result. An unset (None)
-    SFT setting is left out, so adding one keeps the keys of the policies cached before it."""
+    SFT setting is left out, so adding one keeps the keys of the policies cached before it; an
+    "auto" compute dtype counts as what it resolves to on this host."""
+    sft = {**config.sft.to_dict(), "compute_dtype": precision.resolve(config.sft.compute_dtype)}
     material = json.dumps({
         "model": config.model.to_dict(),
-        "sft": {k: v for k, v in config.sft.to_dict().items()
-                if k != "cache_dir" and v is not None},
+        "sft": {k: v for k, v in sft.items() if k != "cache_dir" and v is not None},
         "demos": [p.name for p in demo_paths], "max_tokens": config.demos.max_tokens,
         "texts": demos_lib.TEXTS_FORMAT,
     }, sort_keys=True, default=str)

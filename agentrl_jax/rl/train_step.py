@@ -43,7 +43,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agentrl_jax import stage_clock
+from agentrl_jax import precision, stage_clock
 from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.models.config import PROJECTIONS, LoraConfig
 from agentrl_jax.models.decoder import Decoder, LoraParam
@@ -74,7 +74,8 @@ def default_config() -> ml_collections.ConfigDict:
             # no faster on CPU (benchmarks/loss_positions.py, docs/performance.md)
             logprob_min_positions=0,
             remat=False,  # recompute each block in the backward pass
-            compute_dtype=ml_collections.config_dict.placeholder(str),  # e.g. "bfloat16"
+            # e.g. "bfloat16"; "auto": bf16 where this host runs it natively (precision.py)
+            compute_dtype=ml_collections.config_dict.placeholder(str),
             seq_buckets=(128, 256, 512, 1024, 2048, 4096, 8192),
             tokens_per_micro=16384,
             lora=lora_config(),
@@ -182,10 +183,11 @@ class Trainer:
         model = with_trainer_adapters(model, config)
         self.lora = model.cfg.lora if lora_of(config) is not None else None
         graphdef, state = nnx.split(model)
-        if config.compute_dtype:
+        compute_dtype = precision.resolve(config.compute_dtype)
+        if compute_dtype:
             # The compute dtype lives in the (static) model config; parameters stay as they are.
             clone = nnx.merge(graphdef, state)
-            clone.cfg = clone.cfg.replace(dtype=jnp.dtype(config.compute_dtype))
+            clone.cfg = clone.cfg.replace(dtype=jnp.dtype(compute_dtype))
             graphdef, state = nnx.split(clone)
         self.graphdef = graphdef
         # Trainable (all parameters, or the adapters) and frozen (nothing, or the base) trees.

@@ -129,9 +129,10 @@ class EngineConfig:
       seed: seeds requests that bring none.
       prefix_cache: share the k/v of common prompt prefixes between requests.
       compute_dtype: the dtype the engine keeps its weights and KV pool in and computes in
-        (e.g. "bfloat16": products accumulate in fp32, logits are fp32); None: the model's.
+        (e.g. "bfloat16": products accumulate in fp32, logits are fp32); None: the model's;
+        "auto": bf16 where this host runs bf16 products natively (`agentrl_jax/precision.py`).
         Weights are cast once as they are installed. bf16 halves the bytes a decode step
-        reads; on a CPU whether it is faster depends on the rows per call
+        reads; on a CPU whether it is faster depends on the CPU and the rows per call
         (`benchmarks/sampler_dtype.py`).
     """
 

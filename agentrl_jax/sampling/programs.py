@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agentrl_jax import precision
 from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.parallel import sharding as sharding_lib
 from agentrl_jax.sampling.constraint import bitmask_words
@@ -57,7 +58,7 @@ class SamplerPrograms:
 
     def __init__(self, cfg: ModelConfig, config: Any, mesh: Mesh | None,
                  weight_shardings: Any, rules: sharding_lib.Rules = sharding_lib.DEFAULT_RULES):
-        compute_dtype = getattr(config, "compute_dtype", None)
+        compute_dtype = precision.resolve(getattr(config, "compute_dtype", None))
         self.weights_dtype = jnp.dtype(compute_dtype) if compute_dtype else None
         if self.weights_dtype is not None:
             cfg = cfg.replace(dtype=self.weights_dtype)

@@ -54,7 +54,8 @@ def default_config() -> ml_collections.ConfigDict:
         seed=0,
         lora=train_step.lora_config(),
         # e.g. "bfloat16": the trainer's compute dtype (fp32 master weights and Adam); faster
-        # a step on a CPU with AVX512-BF16 (benchmarks/warm_start_step.py)
+        # a step on a CPU with AVX512-BF16 or AMX, slower without (benchmarks/warm_start_step.py);
+        # "auto": bf16 where this host runs it natively (agentrl_jax/precision.py)
         compute_dtype=ml_collections.config_dict.placeholder(str),
     ))
 
