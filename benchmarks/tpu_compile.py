@@ -23,6 +23,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import pathlib
+import subprocess
+import sys
+import tempfile
 import time
 
 from agentrl_jax.aot import hardware, programs
@@ -103,7 +107,9 @@ def beside_model(result: dict) -> dict[str, float]:
     return out
 
 
-def run(name: str, slices: tuple[str, ...], log) -> dict:
+def run(name: str, slices: tuple[str, ...], log, on_attempt=None) -> dict:
+    """Searches `slices` for `name`'s smallest fit; `on_attempt(tried, topology)` before each
+    compilation (what was passed over so far, and the slice about to be compiled)."""
     config = load(name)
     tried = {}
     for topology in slices:
@@ -112,6 +118,8 @@ def run(name: str, slices: tuple[str, ...], log) -> dict:
             tried[topology] = reason
             log(f"{name} on {topology}: passed over ({reason})")
             continue
+        if on_attempt is not None:
+            on_attempt(tried, topology)
         result = compile_check(config, topology, every_bucket=False, log=log)
         # A larger slice adds trainer chips, never a larger sampler replica (the model files
         # fix its size): where only sampler programs overflow, no slice will fit.
@@ -124,10 +132,43 @@ def run(name: str, slices: tuple[str, ...], log) -> dict:
     return {"config": name, "fits": False, "passed_over": tried}
 
 
+def run_isolated(key: str) -> dict:
+    """`run(*job(key))` in a child process. libtpu aborts its process on an internal compiler
+    error (a failed check), and one config's abort must not lose the others': the result then
+    says which slice was being compiled and the compiler's message."""
+    name, slices = job(key)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "result.json"
+        child = subprocess.run([sys.executable, "-m", "benchmarks.tpu_compile", "--entry", key,
+                                "--entry_out", str(out)], stderr=subprocess.PIPE, text=True)
+        written = json.loads(out.read_text()) if out.exists() else {}
+    if child.returncode == 0 and "result" in written:
+        return written["result"]
+    errors = [line for line in child.stderr.splitlines()
+              if "Check failed" in line or "Error" in line]
+    message = (errors or child.stderr.splitlines()[-5:] or ["(no message)"])[-1].strip()
+    print(f"{key}: the compiling process ended with {child.returncode}: {message}")
+    return {"config": name, "fits": False, "passed_over": written.get("passed_over", {}),
+            "compiler_abort": {"topology": written.get("compiling"), "exit": child.returncode,
+                               "message": message}}
+
+
+def _entry(key: str, out: pathlib.Path) -> None:
+    """The child of `run_isolated`: progress, then the result, written to `out`."""
+    def on_attempt(tried: dict, topology: str) -> None:
+        out.write_text(json.dumps({"passed_over": tried, "compiling": topology}))
+
+    result = run(*job(key), print, on_attempt)
+    out.write_text(json.dumps({"result": result}))
+
+
 def flat(name: str, result: dict) -> dict:
     """The figures of one config for the flat results JSON (GiB, seconds)."""
     gib = hardware.GIB
     out = {f"{name}/fits": bool(result.get("fits")), f"{name}/topology": result.get("topology")}
+    if "compiler_abort" in result:
+        out[f"{name}/compiler_abort"] = (f"{result['compiler_abort']['topology']}: "
+                                         f"{result['compiler_abort']['message']}")
     for key in ("trainer", "sampler", "sync"):
         if f"{key}_peak_bytes" in result:
             out[f"{name}/{key}_peak_gib"] = result[f"{key}_peak_bytes"] / gib
@@ -155,7 +196,11 @@ def markdown(results: dict) -> str:
         train = [x for x in reports if x["name"].startswith("train_accumulate")]
         peak = {role: f"{r[f'{role}_peak_bytes'] / gib:.1f} ({r[f'{role}_peak_program']})"
                 for role in ("trainer", "sampler") if f"{role}_peak_bytes" in r}
-        over = "; ".join(f"{t}: {why}" for t, why in r.get("passed_over", {}).items()) or "—"
+        over = [f"{t}: {why}" for t, why in r.get("passed_over", {}).items()]
+        if "compiler_abort" in r:
+            abort = r["compiler_abort"]
+            over.append(f"{abort['topology']}: libtpu aborted compiling ({abort['message']})")
+        over = "; ".join(over) or "—"
         lines.append(
             f"| {name} | {r.get('topology', '—')} | {'yes' if r.get('fits') else 'no'} | "
             f"{peak.get('trainer', '—')} | {peak.get('sampler', '—')} | "
@@ -171,10 +216,15 @@ def main(argv: list[str] | None = None) -> dict:
                         help="print the markdown table of the last run's results and stop")
     parser.add_argument("--add", metavar="CONFIG[@TOPOLOGY]",
                         help="compile one more entry into the last run's results")
+    parser.add_argument("--entry", help=argparse.SUPPRESS)   # run_isolated's child
+    parser.add_argument("--entry_out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.entry:
+        _entry(args.entry, pathlib.Path(args.entry_out))
+        return {}
     if args.add:
         results = json.loads((RESULTS_DIR / "tpu_compile_programs.json").read_text())
-        results[args.add] = run(*job(args.add), print)
+        results[args.add] = run_isolated(args.add)
         (RESULTS_DIR / "tpu_compile_programs.json").write_text(json.dumps(results, indent=1)
                                                               + "\n")
         args.table = True
@@ -189,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     results = {}
     for key in ALL if args.all else (NOTEBOOK,):
-        results[key] = run(*job(key), print)
+        results[key] = run_isolated(key)
         # after each config: a long run stopped midway keeps what it compiled
         (RESULTS_DIR / "tpu_compile_programs.json").write_text(json.dumps(results, indent=1)
                                                               + "\n")
