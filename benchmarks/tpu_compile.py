@@ -24,6 +24,7 @@ import argparse
 import importlib
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -146,11 +147,19 @@ def run_isolated(key: str) -> dict:
         return written["result"]
     errors = [line for line in child.stderr.splitlines()
               if "Check failed" in line or "Error" in line]
-    message = (errors or child.stderr.splitlines()[-5:] or ["(no message)"])[-1].strip()
+    message = _without_log_prefix((errors or child.stderr.splitlines()[-5:]
+                                   or ["(no message)"])[-1])
     print(f"{key}: the compiling process ended with {child.returncode}: {message}")
     return {"config": name, "fits": False, "passed_over": written.get("passed_over", {}),
             "compiler_abort": {"topology": written.get("compiling"), "exit": child.returncode,
                                "message": message}}
+
+
+def _without_log_prefix(line: str) -> str:
+    """A libtpu log line without its `F1207 00:32:08.867040   28541 ` prefix: from the source
+    location on (`file.cc:123] message`)."""
+    match = re.match(r"[FEWI]\d{4} \S+\s+\d+ (.*)", line.strip())
+    return match.group(1) if match else line.strip()
 
 
 def _entry(key: str, out: pathlib.Path) -> None:
@@ -167,8 +176,9 @@ def flat(name: str, result: dict) -> dict:
     gib = hardware.GIB
     out = {f"{name}/fits": bool(result.get("fits")), f"{name}/topology": result.get("topology")}
     if "compiler_abort" in result:
-        out[f"{name}/compiler_abort"] = (f"{result['compiler_abort']['topology']}: "
-                                         f"{result['compiler_abort']['message']}")
+        out[f"{name}/compiler_abort"] = (
+            f"{result['compiler_abort']['topology']}: "
+            f"{_without_log_prefix(result['compiler_abort']['message'])}")
     for key in ("trainer", "sampler", "sync"):
         if f"{key}_peak_bytes" in result:
             out[f"{name}/{key}_peak_gib"] = result[f"{key}_peak_bytes"] / gib
@@ -199,7 +209,8 @@ def markdown(results: dict) -> str:
         over = [f"{t}: {why}" for t, why in r.get("passed_over", {}).items()]
         if "compiler_abort" in r:
             abort = r["compiler_abort"]
-            over.append(f"{abort['topology']}: libtpu aborted compiling ({abort['message']})")
+            over.append(f"{abort['topology']}: libtpu aborted compiling "
+                        f"({_without_log_prefix(abort['message'])})")
         over = "; ".join(over) or "—"
         lines.append(
             f"| {name} | {r.get('topology', '—')} | {'yes' if r.get('fits') else 'no'} | "

@@ -15,7 +15,8 @@ def test_a_compiler_abort_is_reported_with_its_slice_and_message(monkeypatch):
         out = pathlib.Path(argv[argv.index("--entry_out") + 1])
         out.write_text(json.dumps({"passed_over": {"v5p:2x2x1": "resident trainer 96.3 GiB > 95"},
                                    "compiling": "v5p:2x2x2"}))
-        stderr = ("W libtpu noise\nF1206 emitter.cc:1524] Check failed: bound == 4 (4 vs. 0)\n"
+        stderr = ("W libtpu noise\nF1206 23:39:13.028616   17579 emitter.cc:1524] Check failed: "
+                  "bound == 4 (4 vs. 0)\n"
                   "*** SIGABRT received ***\n")
         return subprocess.CompletedProcess(argv, -6, stderr=stderr)
 
@@ -27,7 +28,8 @@ def test_a_compiler_abort_is_reported_with_its_slice_and_message(monkeypatch):
     assert result["compiler_abort"]["exit"] == -6
     assert "Check failed: bound == 4" in result["compiler_abort"]["message"]
     row = tpu_compile.markdown({"qwen25_14b": result}).splitlines()[-1]
-    assert "v5p:2x2x2: libtpu aborted compiling" in row and "v5p:2x2x1: resident" in row
+    assert "v5p:2x2x2: libtpu aborted compiling (emitter.cc:1524] Check failed" in row
+    assert "v5p:2x2x1: resident" in row
     assert "Check failed" in tpu_compile.flat("qwen25_14b", result)["qwen25_14b/compiler_abort"]
 
 
