@@ -164,7 +164,8 @@ def _sft_key(config: ml_collections.ConfigDict, demo_paths: list[pathlib.Path]) 
     """What decides the warm-started policy; equal keys share one cached result. An unset (None)
     SFT setting is left out, so adding one keeps the keys of the policies cached before it; an
     "auto" compute dtype counts as what it resolves to on this host."""
-    sft = {**config.sft.to_dict(), "compute_dtype": precision.resolve(config.sft.compute_dtype)}
+    sft = {**config.sft.to_dict(),
+           "compute_dtype": precision.resolve(config.sft.get("compute_dtype"))}
     material = json.dumps({
         "model": config.model.to_dict(),
         "sft": {k: v for k, v in sft.items() if k != "cache_dir" and v is not None},

@@ -22,7 +22,8 @@ POD_ENGINE = dict(page_size=16, max_context=8192, prefill_buckets=(256, 1024, 40
                   prefill_batch_buckets=(1, 4), max_prefill_tokens=8192, prefill_call_tokens=1024,
                   context_buckets=(1024, 2048, 4096, 8192), decode_call_tokens=-1,
                   steps_per_sync=8,
-                  in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True)
+                  in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True,
+                  compute_dtype="bfloat16")
 POD_LIMITS = dict(max_turns=20, max_context_tokens=8192, max_new_tokens=1024)
 POD_MODELS = {   # model file: (max_batch, num_pages, batch_buckets)
     "qwen25_3b": (128, 32768, (1, 8, 32, 64, 128)),
@@ -36,7 +37,8 @@ LOCAL_ENGINE = dict(max_batch=32, page_size=16, num_pages=2048, max_context=4096
                     max_prefill_tokens=2048, prefill_call_tokens=32,
                     context_buckets=(512, 1024, 1536, 2048, 3072),
                     decode_call_tokens=-1, batch_buckets=(4, 8, 16), steps_per_sync=8,
-                    in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True)
+                    in_flight="finish", max_stop_ids=8, seed=0, prefix_cache=True,
+                    compute_dtype=None)
 LOCAL_LIMITS = dict(max_turns=8, max_context_tokens=4096, max_new_tokens=320)
 
 

@@ -39,3 +39,16 @@ def test_an_unset_sft_setting_keeps_the_cache_key_and_a_set_one_changes_it(tmp_p
     assert local._sft_key(without, demos) == key
     config.sft.compute_dtype = "bfloat16"
     assert local._sft_key(config, demos) != key
+
+
+def test_an_auto_compute_dtype_keys_the_cache_by_what_it_resolves_to(tmp_path, monkeypatch):
+    from agentrl_jax import precision
+
+    demos = [tmp_path / "demos.jsonl"]
+    config = local_default.get_config()
+    config.sft.compute_dtype = "auto"
+    for resolved in ("bfloat16", None):
+        monkeypatch.setattr(precision, "resolve", lambda dtype, r=resolved: r if dtype else dtype)
+        explicit = local_default.get_config()
+        explicit.sft.compute_dtype = resolved
+        assert local._sft_key(config, demos) == local._sft_key(explicit, demos)
