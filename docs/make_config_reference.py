@@ -114,7 +114,8 @@ MEANINGS: dict[str, str] = {
                         "by sft/plan.py's cost model, in place of seq_buckets",
     "sft.seed": "order of the demonstrations",
     "sft.compute_dtype": 'e.g. "bfloat16" (fp32 master weights and Adam); None computes in '
-                         "the parameters' fp32",
+                         "the parameters' fp32; \"auto\": bf16 where the host runs bf16 "
+                         "products natively (agentrl_jax/precision.py)",
     "sft.context_loss_weight": "loss weight of the context tokens (prompt, tools, observations); "
                                "the assistant's weigh 1, 0 = assistant tokens only",
     "sft.copy_swap_fraction": "share of the demonstrations trained with their rare copied "
@@ -210,7 +211,8 @@ MEANINGS: dict[str, str] = {
     "rl.engine.max_stop_ids": "stop token ids per request the device checks",
     "rl.engine.compute_dtype": "the sampler's weights, KV pool and products in this dtype "
                                "(e.g. bfloat16: products accumulate in fp32, logits fp32), "
-                               "cast once as weights are installed; None: the model's",
+                               "cast once as weights are installed; None: the model's; "
+                               '"auto": bf16 where the host runs bf16 products natively',
     "rl.tasks": "the tasks RL draws episodes from (train splits); empty: every served task. "
                 "Evaluation covers every served task either way",
     "rl.engine.seed": "seeds requests that bring none",
@@ -224,7 +226,8 @@ MEANINGS: dict[str, str] = {
     "rl.trainer.logprob_min_positions": ("project only the positions the loss reads onto the "
                                          "vocabulary, at least this many per row (0: all)"),
     "rl.trainer.remat": "recompute each block in the backward pass (memory for compute)",
-    "rl.trainer.compute_dtype": 'e.g. "bfloat16"; None computes in the parameters\' fp32',
+    "rl.trainer.compute_dtype": 'e.g. "bfloat16"; None computes in the parameters\' fp32; '
+                                '"auto": bf16 where the host runs bf16 products natively',
     "rl.trainer.seq_buckets": "packed row lengths of a train micro-batch (compiled shapes)",
     "rl.trainer.tokens_per_micro": ("tokens per micro-batch (gradient accumulation); the last "
                                     "one holds only the rows it needs"),
