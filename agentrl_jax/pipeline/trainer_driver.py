@@ -177,20 +177,20 @@ class ParamGather:
     them as they are."""
 
     def __init__(self, dtype: Any = None):
-        self.dtype = None if dtype is None else jnp.dtype(dtype)
+        self._dtype = None if dtype is None else jnp.dtype(dtype)
         self._whole: dict[Any, Any] = {}  # jitted: callable, and traceable ahead of time
         self._layer: dict[Any, Any] = {}
 
     def _cast(self, a: jax.Array) -> jax.Array:
-        if self.dtype is None or not jnp.issubdtype(a.dtype, jnp.floating):
+        if self._dtype is None or not jnp.issubdtype(a.dtype, jnp.floating):
             return a
-        return a.astype(self.dtype)
+        return a.astype(self._dtype)
 
     def _fns(self, x: jax.Array) -> tuple[Any, Any]:
-        key = (x.sharding, jnp.issubdtype(x.dtype, jnp.floating))
-        assert isinstance(x.sharding, NamedSharding), "trainer arrays are placed on a mesh"
-        if key not in self._whole:
-            replicated = NamedSharding(x.sharding.mesh, PartitionSpec())
+        key = x.sharding
+        assert isinstance(key, NamedSharding), "trainer arrays are placed on a mesh"
+        if key not in self._whole:   # jit traces each dtype apart; `_cast` decides per dtype
+            replicated = NamedSharding(key.mesh, PartitionSpec())
             self._whole[key] = jax.jit(self._cast, out_shardings=replicated)
             self._layer[key] = jax.jit(
                 lambda a, i: self._cast(jax.lax.dynamic_index_in_dim(a, i, keepdims=False)),

@@ -294,7 +294,7 @@ class SamplingEngine:
                                          else x.dtype.itemsize)
                                for x in jax.tree.leaves(weights_of(model)))
             kv_bytes = (2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.cfg.head_dim
-                        * np.dtype(self.cfg.dtype).itemsize)
+                        * itemsize)
             decode_call_tokens = call_tokens_of(weight_bytes, kv_bytes)
         self._decode_planner = DecodePlanner(self._context_buckets, self._batch_buckets,
                                              decode_call_tokens)
