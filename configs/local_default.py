@@ -104,7 +104,7 @@ def agentbench_config(mode: str = "") -> ml_collections.ConfigDict:
     c.rl.limits.update(max_turns=8, max_context_tokens=4096, max_new_tokens=320)
     # Prompts are cut into chunks of these (EngineConfig.prefill_buckets): a turn's new tokens
     # are mostly under 350, and 2,048-token calls cost 1.75x a 512's per position
-    # (benchmarks/prefill_plan.py). A call computes at most 2,048 positions: 4 rows of 2,048
+    # (benchmarks/probes/prefill_plan.py). A call computes at most 2,048 positions: 4 rows of 2,048
     # needed 5.5 GB of attention temporaries at SmolLM2's 30 layers.
     # A decode call reads its rows' context up to one of these widths; the engine splits the
     # running rows into calls by context (EngineConfig.decode_call_tokens), so widths every 512

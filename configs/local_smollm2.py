@@ -51,7 +51,7 @@ def get_config(mode: str = "") -> object:
     # without, bf16 runs slower than fp32 (docs/warm_start.md, docs/performance.md).
     c.sft.compute_dtype = "auto"
     # The RL step too: in bf16 its log-probs stay within 6e-4 (KL) of an fp32 sampler's
-    # (benchmarks/precision_gap.py; 5e-4 in the RL steps of docs/warm_start.md).
+    # (benchmarks/probes/precision_gap.py; 5e-4 in the RL steps of docs/warm_start.md).
     c.rl.trainer.compute_dtype = "auto"
     # The sampler too: weights and KV in bf16, products accumulating in fp32
     # (benchmarks/sampler_dtype.py).

@@ -15,7 +15,7 @@ attention), so the group's factors are drawn once and each query head takes the 
 Scale. Our blocks normalise their input (RMSNorm, |x|² ≈ d), so an identity product gives
 attention logits of β₁ d / √head_dim: `qk_logit` sets that size directly (β₁ = qk_logit ·
 √head_dim / d) rather than the paper's β₁ for unnormalised inputs. Whether it helps copying form
-at our budget is measured in benchmarks/copy_prior.py.
+at our budget is measured in benchmarks/probes/copy_prior.py.
 """
 
 from __future__ import annotations

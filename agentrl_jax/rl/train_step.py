@@ -7,10 +7,10 @@ One optimizer step over a batch that arrives as a list of packed micro-batches (
 
 The micro-batch loop is a Python loop around two jitted programs, not a `lax.scan`: the first
 micro-batch's gradient, which becomes the accumulator (no zero tree of the parameters' size to
-fill and add to: `benchmarks/first_gradient.py`), then `accumulate` for each further one. An RL
-batch's token count (hence its number of micro-batches) changes every step, and a scan would
-recompile for each count or pad with empty micro-batches. Micro-batch shapes come from the few
-buckets of `rl.batch.pack`, so after warm-up nothing recompiles; `num_traces` and
+fill and add to: `benchmarks/probes/first_gradient.py`), then `accumulate` for each further
+one. An RL batch's token count (hence its number of micro-batches) changes every step, and a
+scan would recompile for each count or pad with empty micro-batches. Micro-batch shapes come
+from the few buckets of `rl.batch.pack`, so after warm-up nothing recompiles; `num_traces` and
 `num_accumulate_traces` count the two programs' traces.
 
 The loss reads only the agent's tokens (the loss mask), about a tenth of an episode's; with
@@ -71,7 +71,7 @@ def default_config() -> ml_collections.ConfigDict:
             logprob_keep_bytes=1 << 30,
             # > 0: project only the positions the loss reads (`rl.batch.loss_positions`) onto
             # the vocabulary, at least this many per row; 0: every position. Off by default:
-            # no faster on CPU (benchmarks/loss_positions.py, docs/performance.md)
+            # no faster on CPU (benchmarks/probes/loss_positions.py, docs/performance.md)
             logprob_min_positions=0,
             remat=False,  # recompute each block in the backward pass
             # e.g. "bfloat16"; "auto": bf16 where this host runs it natively (precision.py)

@@ -131,8 +131,8 @@ def write_kv(pool: KVPool, write_slots: jax.Array, new_k: jax.Array, new_v: jax.
 
 
 # Decode scores of rows with at most this many queries per kv head are a dot; with more, the
-# multiply-reduce (see `_attend`). Read at trace time; `benchmarks/decode_ungrouped.py` sets 0
-# to time the multiply-reduce everywhere.
+# multiply-reduce (see `_attend`). Read at trace time; `benchmarks/probes/decode_ungrouped.py`
+# sets 0 to time the multiply-reduce everywhere.
 DOT_DECODE_MAX_GROUPS = 1
 
 
@@ -180,7 +180,7 @@ def _attend(q, k_ctx, v_ctx, ctx_mask, k_new, v_new, new_mask):
             # page_size contiguous keys, reads the gathered pages as they are. (As a dot, XLA
             # would first transpose them to [D, C], or repack [C, D] keys.) With one query per
             # kv head (G = 1, ungrouped models) XLA CPU lowers this reduction several times
-            # slower than the dot below, so those take the dot (benchmarks/decode_ungrouped).
+            # slower than the dot below, so those take the dot (benchmarks/probes/decode_ungrouped).
             s_ctx = jnp.sum(k_ctx[:, :, None].astype(jnp.float32)
                             * qq[:, :, :, None, :, None].astype(jnp.float32), axis=4)
         else:

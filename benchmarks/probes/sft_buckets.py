@@ -7,7 +7,7 @@ by the scratch policy's tokenizer, for the hand buckets (`sft.seq_buckets`) and 
 compilation each), the padded tokens, and the modelled compute (`plan.plan_cost`: forward
 FLOPs / 2N, attention included). The figures are modelled, not timed: `autoK_vs_hand_cost`.
 
-    python -m benchmarks.sft_buckets        # writes benchmarks/results/sft_buckets.json
+    python -m benchmarks.probes.sft_buckets        # writes benchmarks/results/sft_buckets.json
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ context with 100 positions cached) with 9 query heads over 9 kv heads (ungrouped
 (grouped, a control the change does not touch), each with the multiply-reduce everywhere
 (`baseline`) and as shipped (`ours`), interleaved in one run.
 
-    python -m benchmarks.decode_ungrouped [--batches 1,32]
+    python -m benchmarks.probes.decode_ungrouped [--batches 1,32]
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from agentrl_jax.models.config import ModelConfig
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.sampling import forward
 from agentrl_jax.sampling.weights import split_layers, weights_of
-from benchmarks.decode_profile import STEPS, chunk_runner, interleaved_ms
 from benchmarks.machine_info import write_result
+from benchmarks.probes.decode_profile import STEPS, chunk_runner, interleaved_ms
 
 SMOLLM2_WIDTHS = dict(vocab_size=2048, hidden_size=576, intermediate_size=1536, num_layers=30,
                       num_heads=9, head_dim=64, tie_word_embeddings=True)

@@ -12,12 +12,12 @@ cached), each variant's ms per step, timed interleaved in one run:
             bytes are nearly zero. (Not at 256 slots: there this one-head, one-group config's
             context attention alone took 45 ms per step at batch 32, more than SmolLM2's
             whole attention share, before ungrouped decode scores became a dot:
-            benchmarks/decode_ungrouped.py.)
+            benchmarks/probes/decode_ungrouped.py.)
 
 And the weights' ceiling (`benchmarks.sampler.weights_ceiling_tok_s`): one matmul reading all
 the weights once, as ms per step.
 
-    python -m benchmarks.decode_profile [--batches 1,8,32]
+    python -m benchmarks.probes.decode_profile [--batches 1,8,32]
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ after the other, so each peak RSS is its own. Reported per pair: seconds per ste
 `--steps` after the first), the first step (compilation included), peak RSS, and
 `step_speedup_<length>` = autodiff / ours, the same run.
 
-    python -m benchmarks.attention_grad [--shape smollm2] [--layers 8] [--lengths 2048,4096]
+    python -m benchmarks.probes.attention_grad [--shape smollm2] [--layers 8] [--lengths 2048,4096]
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def measure(shape: str, layers: int, tokens: int, lengths: list[int], steps: int
         per_variant = {}
         for variant in VARIANTS:
             done = subprocess.run(
-                [sys.executable, "-m", "benchmarks.attention_grad", "--variant", variant,
+                [sys.executable, "-m", "benchmarks.probes.attention_grad", "--variant", variant,
                  "--shape", shape, "--layers", str(layers), "--tokens", str(tokens),
                  "--lengths", str(length), "--steps", str(steps)],
                 capture_output=True, text=True, check=False)

@@ -22,8 +22,8 @@ Variants, each its own engine, warmed up (every shape compiled) before it is tim
 Figures: prefill seconds and positions computed per token of each; `planned_vs_padded_prefill`
 (the padded variant's prefill seconds over the planned one's) and `..._wall`.
 
-    python -m benchmarks.prefill_plan          # writes benchmarks/results/prefill_plan.json
-    python -m benchmarks.prefill_plan --layers 30 --name prefill_plan_30_layers
+    python -m benchmarks.probes.prefill_plan          # writes benchmarks/results/prefill_plan.json
+    python -m benchmarks.probes.prefill_plan --layers 30 --name prefill_plan_30_layers
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ Variants, each its own engine, warmed up (every shape compiled) before it is tim
 Figures: decode seconds, calls, and context row-tokens read of each;
 `planned_vs_one_call_decode` (one_call's decode seconds over planned's) and `..._wall`.
 
-    python -m benchmarks.decode_plan       # writes benchmarks/results/decode_plan.json
-    python -m benchmarks.decode_plan --shape smollm2 --name decode_plan_smollm2
+    python -m benchmarks.probes.decode_plan       # writes benchmarks/results/decode_plan.json
+    python -m benchmarks.probes.decode_plan --shape smollm2 --name decode_plan_smollm2
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.sampling import EngineConfig, GenerateRequest, SamplingEngine, SamplingParams
 from benchmarks.machine_info import write_result
 from benchmarks.model_shapes import SMOLLM2_135M, scratch_default
-from benchmarks.prefill_plan import OBSERVATION_TOKENS
+from benchmarks.probes.prefill_plan import OBSERVATION_TOKENS
 
 MAIN_JOB_BUCKETS = (1024, 2048)  # configs/local_default.py; max_context 4096 is added
 VARIANTS = {  # name -> (context_buckets, decode_call_tokens)

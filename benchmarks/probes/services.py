@@ -1,6 +1,6 @@
 """Benchmark: what the service workers' containment costs and what it buys (issue 16, items 4-5).
 
-    python -m benchmarks.services   # ~1 min; writes benchmarks/results/services.json
+    python -m benchmarks.probes.services   # ~1 min; writes benchmarks/results/services.json
 
 Each figure runs the baseline and ours in the same process, one after the other:
 

@@ -9,7 +9,7 @@ share in the cached SmolLM2 demonstrations), with every position projected
 The two variants of `benchmarks/warm_start_step.py`, each in its own process, in one run; the
 figure is `loss_positions_vs_all_step`, the step's time with the selection over without.
 
-    python -m benchmarks.loss_positions [--steps 3]
+    python -m benchmarks.probes.loss_positions [--steps 3]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Reported over the assistant's tokens (what the loss reads) and over every token:
 99th percentile of |Δ log p|, the share of tokens whose ratio exp(Δ) is outside 1 ± 0.2, and the
 k3 estimate of KL(fp32 || bf16). About two minutes on a 2-core CPU.
 
-    python -m benchmarks.precision_gap [--per_task 4]
+    python -m benchmarks.probes.precision_gap [--per_task 4]
 """
 
 from __future__ import annotations

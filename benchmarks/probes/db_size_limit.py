@@ -1,6 +1,6 @@
 """Benchmark: how far a MariaDB episode's files go past its size limit, and what the guard costs.
 
-    python -m benchmarks.db_size_limit   # ~1 min; writes benchmarks/results/db_size_limit.json
+    python -m benchmarks.probes.db_size_limit   # ~1 min; benchmarks/results/db_size_limit.json
 
 Starts a private MariaDB server (`environments.db.mariadb_server`) and opens episodes with a
 16 MB limit on the DB task's first test sample, as the worker does (`MySQLDatabase`). While

@@ -6,7 +6,7 @@ This times, in one process and interleaved, one full step (gradient + AdamW) bot
 SmolLM2-135M (fp32, every weight trained, batch 4 × 256, one micro-batch): the zero-tree path
 is rebuilt here from the trainer's own accumulating program.
 
-    python -m benchmarks.first_gradient [--repeats 6]
+    python -m benchmarks.probes.first_gradient [--repeats 6]
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ default budget is the warm start's token count (~1.9M tokens). Writes
 benchmarks/results/copy_prior.json: each arm's final probe NLL, its best, and the first step at
 which it fell below 1 nat (0 if never).
 
-    python -m benchmarks.copy_prior [--steps 600] [--batch 16] [--length 192]
+    python -m benchmarks.probes.copy_prior [--steps 600] [--batch 16] [--length 192]
 """
 
 from __future__ import annotations
