@@ -8,8 +8,9 @@ its own otherwise unused uid from a reserved range, and the process limit become
 processes of this sandbox". The uid owns nothing on the host except the sandbox's private layer,
 so it also cannot read anything root-only even if a bind exposed it.
 
-Leases are `flock`s on one file per uid under a root-only directory: they are shared correctly by
-every worker process on the machine and are released by the kernel when a worker dies.
+Leases are `flock`s on one file per uid under a root-only directory (`flock_lease.py`): they are
+shared correctly by every worker process on the machine and are released by the kernel when a
+worker dies.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import random
+
+from environments.sandbox.flock_lease import lease_first_free
 
 _LOCK_DIR = "/run/agentrl_sandbox/uids"
 
@@ -49,20 +51,10 @@ def acquire_uid(first: int, count: int, lock_dir: str = _LOCK_DIR, stride: int =
     """
     if os.geteuid() != 0:
         raise PermissionError("per-sandbox uids need root; run the worker as root")
-    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-    start = random.randrange(count)  # spreads concurrent allocators over the range
-    for i in range(count):
-        uid = first + (start + i) % count * stride
-        fd = os.open(os.path.join(lock_dir, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                continue
-            raise
-        return UidLease(uid, fd)
-    raise RuntimeError(f"all {count} sandbox uids from {first} are in use")
+    lease = lease_first_free(lock_dir, range(first, first + count * stride, stride))
+    if lease is None:
+        raise RuntimeError(f"all {count} sandbox uids from {first} are in use")
+    return UidLease(*lease)
 
 
 def is_leased(uid: int, lock_dir: str = _LOCK_DIR) -> bool:

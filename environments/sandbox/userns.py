@@ -29,7 +29,8 @@ each sandbox, see `uids.py`) without being host root. bwrap can map only one uid
   4. joins the namespace as its root (uid/gid 0, no supplementary groups) and execs bwrap,
      keeping its pid, so that the caller's signals reach bwrap directly.
 
-Only the standard library is used: it runs with `python -I`, before any sandbox exists.
+Only the standard library is used: it runs with `python -I`, before any sandbox exists, and
+reads its one sibling, `flock_lease.py` (the lease scan it shares with `uids.py`), by path.
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
-import fcntl
 import os
-import random
+import runpy
 import sys
+
+if __spec__ is not None:   # imported as a module of the package
+    from environments.sandbox.flock_lease import lease_first_free
+else:   # run as `python -I userns.py`: no package on the path; its sibling file, read by path
+    _FLOCK_LEASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flock_lease.py")
+    lease_first_free = runpy.run_path(_FLOCK_LEASE)["lease_first_free"]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -83,21 +89,12 @@ def _check(result: int, what: str) -> int:
 
 def lease_block(lock_dir: str, blocks: int) -> tuple[int, int]:
     """(block number, fd holding its flock); the fd is inheritable so that bwrap keeps it."""
-    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-    start = random.randrange(blocks)   # spreads concurrent launchers over the blocks
-    for i in range(blocks):
-        block = (start + i) % blocks
-        fd = os.open(os.path.join(lock_dir, str(block)), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            os.close(fd)
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                continue
-            raise
-        os.set_inheritable(fd, True)
-        return block, fd
-    raise RuntimeError(f"all {blocks} sandboxed-worker uid blocks under {lock_dir} are in use")
+    lease = lease_first_free(lock_dir, range(blocks))
+    if lease is None:
+        raise RuntimeError(f"all {blocks} sandboxed-worker uid blocks under {lock_dir} are in use")
+    block, fd = lease
+    os.set_inheritable(fd, True)
+    return block, fd
 
 
 def id_map(host_first: int, inside_first: int, inside_count: int) -> str:

@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 from environments.sandbox import ExecStatus, Limits, SandboxConfig
 from environments.sandbox.apptainer import apptainer_argv
 from environments.sandbox.bwrap import bwrap_argv
+from environments.sandbox.flock_lease import lease_first_free
 from environments.sandbox.layer import PrivateLayer
 from environments.sandbox.output import StreamBuffer
 from environments.sandbox.process import prlimit_argv, reachable_open_files
 from environments.sandbox.result import classify
 from environments.sandbox.session import _quote
 from environments.sandbox.uids import acquire_uid
+from environments.sandbox.userns import lease_block
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
@@ -222,6 +224,28 @@ def test_uid_leases_are_exclusive_and_released(tmp_path):
         acquire_uid(5_000_000, 2, lock_dir)
     a.release()
     assert acquire_uid(5_000_000, 2, lock_dir).uid == a.uid
+
+
+def test_flock_leases_take_each_candidate_once_until_released(tmp_path):
+    lock_dir = str(tmp_path / "locks")
+    candidates = range(7, 37, 10)
+    leases = [lease_first_free(lock_dir, candidates) for _ in candidates]
+    assert sorted(lease[0] for lease in leases) == [7, 17, 27]
+    assert lease_first_free(lock_dir, candidates) is None
+    os.close(leases[1][1])   # closing the fd gives the id back
+    again = lease_first_free(lock_dir, candidates)
+    assert again is not None and again[0] == leases[1][0]
+    for _, fd in [leases[0], leases[2], again]:
+        assert not os.get_inheritable(fd)
+        os.close(fd)
+
+
+def test_a_worker_uid_block_lease_is_kept_across_exec(tmp_path):
+    block, fd = lease_block(str(tmp_path), 1)
+    assert block == 0 and os.get_inheritable(fd)   # bwrap, exec'd by userns.py, holds it
+    with pytest.raises(RuntimeError, match="in use"):
+        lease_block(str(tmp_path), 1)
+    os.close(fd)
 
 
 def test_build_rootfs_script_parses():
