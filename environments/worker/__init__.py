@@ -5,9 +5,13 @@ A new environment is one folder: `environments/<name>/__init__.py` defines a `Ta
 
     python -m environments.worker --task <name> --controller http://HOST:5020/api --port 5021
 
-serves it with AgentRL's task-worker protocol and registers it with the controller.
+serves it with AgentRL's task-worker protocol and registers it with the controller. An episode
+of rounds of tool calls can be a `ToolRounds` subclass (`rounds.py`): the loop, the parsing of
+calls and the answering of mistakes are there, the task's tools and reward in the subclass.
 """
 
+from environments.worker.rounds import Reply, Rounds, ToolRounds
 from environments.worker.task import AgentTurn, EpisodeResult, Session, Task, ToolCall
 
-__all__ = ["AgentTurn", "EpisodeResult", "Session", "Task", "ToolCall"]
+__all__ = ["AgentTurn", "EpisodeResult", "Reply", "Rounds", "Session", "Task", "ToolCall",
+           "ToolRounds"]
