@@ -25,7 +25,8 @@ from environments.db.data import DEFAULT_DATA_DIR, load_split
 from environments.db.grading import answers_match, is_modification, md5_from_result
 from environments.db.sqlite_guard import DEFAULT_MEMORY_LIMIT_BYTES
 from environments.registry import task_key
-from environments.worker.task import EpisodeResult, Session, Task, ToolCall
+from environments.worker.rounds import Reply, ToolHandler, ToolRounds
+from environments.worker.task import AgentTurn, EpisodeResult, Session, Task, ToolCall
 
 SYSTEM_PROMPT = """I will ask you a question, then you should help me operate a MySQL database with SQL to answer the question.
 You have to explain the problem and your solution to me and write down your thoughts.
@@ -41,8 +42,6 @@ You should always use the tools provided to submit your answer. Be careful not t
 Your input will be raw MySQL response, you have to deal with it by yourself."""  # noqa: E501 (AgentBench's prompt, verbatim)
 
 NO_TOOL_CALLS = "Internal error: No tool calls found despite finish reason."
-BAD_ARGUMENTS = "Error: Failed to parse tool call. Tool call format is incorrect."
-UNKNOWN_FUNCTION = "Invalid function call. Please call a tool instead."
 
 TOOLS = [
     {"type": "function", "function": {
@@ -80,9 +79,8 @@ def gold_sql(entry: dict[str, Any]) -> str:
     return (entry.get("sql") or {}).get("query", "")
 
 
-def _first_argument(call: ToolCall, name: str) -> Any:
+def _first_argument(arguments: dict[str, Any], name: str) -> Any:
     """AgentBench reads the first argument whatever its name; prefer the documented one."""
-    arguments = call.arguments or {}
     if name in arguments:
         return arguments[name]
     return next(iter(arguments.values()), None)
@@ -124,30 +122,7 @@ class DBTask(Task):
             await database.create(entry)
             session.inject({"role": "system", "content": SYSTEM_PROMPT})
             session.inject({"role": "user", "content": user_prompt(entry)})
-            for round_number in range(1, self.max_rounds + 1):
-                turn = await session.action()
-                calls = turn.tool_calls()
-                if not calls:
-                    session.inject({"role": "user", "content": NO_TOOL_CALLS})
-                    continue
-                for call in calls:
-                    if call.arguments is None:
-                        reply = call.error or BAD_ARGUMENTS
-                    elif call.name == "execute_sql":
-                        query = _first_argument(call, "query")
-                        reply = (await database.execute(str(query or ""),
-                                                        self.statement_timeout_s)
-                                 or "No response from database.")
-                    elif call.name == "commit_final_answer":
-                        answers = _first_argument(call, "answers")
-                        correct = await self.grade(entry, database, answers)
-                        return EpisodeResult(SampleStatus.COMPLETED, reward=float(correct),
-                                             metrics=self._metrics(entry, round_number, correct))
-                    else:
-                        reply = UNKNOWN_FUNCTION
-                    session.inject({"role": "tool", "tool_call_id": call.id, "content": reply})
-            return EpisodeResult(SampleStatus.TASK_LIMIT_REACHED, reward=0.0,
-                                 metrics=self._metrics(entry, self.max_rounds, False))
+            return await DBRounds(self, entry, database, session).run()
         finally:
             await database.close()
 
@@ -169,6 +144,42 @@ class DBTask(Task):
         finally:
             await reference.close()
 
-    def _metrics(self, entry: dict[str, Any], rounds: int, correct: bool) -> dict[str, Any]:
+    def metrics(self, entry: dict[str, Any], rounds: int, correct: bool) -> dict[str, Any]:
         return {"type": entry["type"][0], "rounds": rounds, "correct": bool(correct),
                 "source": entry.get("source", "")}
+
+
+class DBRounds(ToolRounds):
+    """One episode's rounds on its own database: the SQL tools and the grading of the answer.
+
+    A call whose arguments are not a JSON object reads why (`call.error`) or `BAD_ARGUMENTS`,
+    an unknown tool `UNKNOWN_FUNCTION` (the `ToolRounds` defaults); both cost the round.
+    """
+
+    def __init__(self, task: DBTask, entry: dict[str, Any], database: Database,
+                 session: Session) -> None:
+        super().__init__(session, task.max_rounds)
+        self.task, self.entry, self.database = task, entry, database
+
+    def tool(self, name: str) -> ToolHandler | None:
+        return {"execute_sql": self.execute_sql,
+                "commit_final_answer": self.commit_final_answer}.get(name)
+
+    async def without_calls(self, turn: AgentTurn) -> Reply:
+        return Reply(NO_TOOL_CALLS)
+
+    async def execute_sql(self, call: ToolCall, arguments: dict[str, Any]) -> Reply:
+        query = _first_argument(arguments, "query")
+        return Reply(await self.database.execute(str(query or ""), self.task.statement_timeout_s)
+                     or "No response from database.")
+
+    async def commit_final_answer(self, call: ToolCall, arguments: dict[str, Any]) -> Reply:
+        correct = await self.task.grade(self.entry, self.database,
+                                        _first_argument(arguments, "answers"))
+        return Reply(ending=EpisodeResult(SampleStatus.COMPLETED, reward=float(correct),
+                                          metrics=self.task.metrics(self.entry, self.round,
+                                                                    correct)))
+
+    def limit_reached(self) -> EpisodeResult:
+        return EpisodeResult(SampleStatus.TASK_LIMIT_REACHED, reward=0.0,
+                             metrics=self.task.metrics(self.entry, self.max_rounds, False))

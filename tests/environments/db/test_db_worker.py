@@ -6,9 +6,10 @@ import pytest
 
 from environments.db.data import load_split
 from environments.db.oracle import Oracle
-from environments.db.task import BAD_ARGUMENTS, NO_TOOL_CALLS, UNKNOWN_FUNCTION
+from environments.db.task import NO_TOOL_CALLS
 from environments.oracle import play_one as play
 from environments.oracle import tool_call_message as call
+from environments.worker.rounds import BAD_ARGUMENTS, UNKNOWN_FUNCTION
 
 
 class ScriptedAgent:
