@@ -55,7 +55,8 @@ from environments.sandbox.config import container_open_files, default_worker_mem
 from environments.sandbox.layer import remove_stale_layers
 from environments.sandbox.mounts import host_root
 from environments.sandbox.uids import is_leased
-from environments.worker.task import EpisodeResult, Session, Task
+from environments.worker.rounds import BAD_ARGUMENTS, Reply, ToolHandler, ToolRounds
+from environments.worker.task import AgentTurn, EpisodeResult, Session, Task, ToolCall
 
 SYSTEM_PROMPT = """You are an assistant that will act like a person, I will play the role of linux(ubuntu) operating system. Your goal is to implement the operations required by me or answer to the question proposed by me. For each of your turn, you should first think what you should do, and then take exactly one of the three actions with the tools provided: "bash_action", "finish_action" or "answer_action".
 
@@ -67,8 +68,6 @@ If the output is too long, I will truncate it. The truncated output is not compl
 
 PROBLEM_PREFIX = "Now, I will start a new problem in a new OS. My problem is:\n\n"
 NO_TOOL_CALLS = "No executable tool calls found. Please call one of the tools provided."
-BAD_ARGUMENTS = "Error: Failed to parse tool call. Tool call format is incorrect."
-UNKNOWN_FUNCTION = "Invalid function call. Please call a tool instead."
 OUTPUT_LIMIT, OUTPUT_KEEP = 800, 780
 TRUNCATED_NOTE = "\n[truncated because the output is too long]"
 
@@ -224,30 +223,54 @@ class OSTask(Task):
                 await machine.run(problem.start[1])
             session.inject({"role": "system", "content": SYSTEM_PROMPT})
             session.inject({"role": "user", "content": PROBLEM_PREFIX + problem.description})
-            for round_number in range(1, self.max_rounds + 1):
-                metrics["rounds"] = round_number
-                turn = await session.action()
-                calls = turn.tool_calls()
-                if not calls:
-                    session.inject({"role": "user", "content": NO_TOOL_CALLS})
-                    continue
-                for call in calls:
-                    arguments = call.arguments
-                    if arguments is None:
-                        reply = BAD_ARGUMENTS
-                    elif call.name == "bash_action":
-                        output, timed_out = await machine.run(str(arguments.get("script", "")))
-                        metrics["timeouts"] = metrics.get("timeouts", 0) + timed_out
-                        reply = observation(output)
-                    elif call.name in ("answer_action", "finish_action"):
-                        answer = (None if call.name == "finish_action"
-                                  else str(arguments.get("answer", "")))
-                        passed, detail = await grade(problem, machine, answer)
-                        metrics.update(result=passed, detail=detail)
-                        return EpisodeResult(SampleStatus.COMPLETED, float(passed), metrics)
-                    else:
-                        reply = UNKNOWN_FUNCTION
-                    session.inject({"role": "tool", "tool_call_id": call.id, "content": reply})
-            return EpisodeResult(SampleStatus.TASK_LIMIT_REACHED, 0.0, metrics)
+            return await OSRounds(session, self.max_rounds, problem, machine, metrics).run()
         finally:
             await machine.close()
+
+
+class OSRounds(ToolRounds):
+    """One episode's rounds in the problem's machine: the shell, and the grading of the answer.
+
+    `metrics` (the episode's, shared with `OSTask.episode`) gains the round reached, the count
+    of commands that timed out, and the grade. Every call whose arguments cannot be used reads
+    `BAD_ARGUMENTS`, over-long ones included; an unknown tool `UNKNOWN_FUNCTION`; both cost
+    the round.
+    """
+
+    def __init__(self, session: Session, max_rounds: int, problem: Problem, machine: Machine,
+                 metrics: dict[str, Any]) -> None:
+        super().__init__(session, max_rounds)
+        self.problem, self.machine, self.metrics = problem, machine, metrics
+
+    def before_turn(self) -> None:
+        self.metrics["rounds"] = self.round
+
+    def tool(self, name: str) -> ToolHandler | None:
+        return {"bash_action": self.bash_action, "answer_action": self.answer_action,
+                "finish_action": self.finish_action}.get(name)
+
+    async def without_calls(self, turn: AgentTurn) -> Reply:
+        return Reply(NO_TOOL_CALLS)
+
+    def malformed_call(self, call: ToolCall) -> Reply:
+        return Reply(BAD_ARGUMENTS)
+
+    async def bash_action(self, call: ToolCall, arguments: dict[str, Any]) -> Reply:
+        output, timed_out = await self.machine.run(str(arguments.get("script", "")))
+        self.metrics["timeouts"] = self.metrics.get("timeouts", 0) + timed_out
+        return Reply(observation(output))
+
+    async def answer_action(self, call: ToolCall, arguments: dict[str, Any]) -> Reply:
+        return await self.graded(str(arguments.get("answer", "")))
+
+    async def finish_action(self, call: ToolCall, arguments: dict[str, Any]) -> Reply:
+        return await self.graded(None)
+
+    async def graded(self, answer: str | None) -> Reply:
+        """Ends the episode with `grade`'s verdict on `answer` (None: no answer given)."""
+        passed, detail = await grade(self.problem, self.machine, answer)
+        self.metrics.update(result=passed, detail=detail)
+        return Reply(ending=EpisodeResult(SampleStatus.COMPLETED, float(passed), self.metrics))
+
+    def limit_reached(self) -> EpisodeResult:
+        return EpisodeResult(SampleStatus.TASK_LIMIT_REACHED, 0.0, self.metrics)

@@ -8,12 +8,8 @@ from os_task_fixtures import FIXTURES, needs_sandbox
 from environments.oracle import play_one, tool_call_message
 from environments.os_interaction.data import load_split
 from environments.os_interaction.oracle import Oracle
-from environments.os_interaction.task import (
-    BAD_ARGUMENTS,
-    NO_TOOL_CALLS,
-    PROBLEM_PREFIX,
-    UNKNOWN_FUNCTION,
-)
+from environments.os_interaction.task import NO_TOOL_CALLS, PROBLEM_PREFIX
+from environments.worker.rounds import BAD_ARGUMENTS, UNKNOWN_FUNCTION
 
 pytestmark = needs_sandbox
 BACKGROUND, HIDDEN_FILES, CALC, TRAIN_0 = range(4)
