@@ -39,7 +39,7 @@ import aiohttp
 import psutil
 import uvloop
 
-from launch.env_fleet import EnvFleet, ServerProcess
+from environments.fleet import EnvFleet, ServerProcess
 
 RESULT = pathlib.Path(__file__).parent / "results" / "controller.json"
 ECHO = {"role": "assistant", "content": "",

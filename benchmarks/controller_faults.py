@@ -37,7 +37,7 @@ import psutil
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.episode import SampleStatus
 from benchmarks.machine_info import write_result
-from launch.env_fleet import REPO_ROOT, ServerProcess, start_server, wait_ready, worker_argv
+from environments.fleet import REPO_ROOT, ServerProcess, start_server, wait_ready, worker_argv
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "controller"))
 from controller_fleet import ResettingProxy, echo_call, free_port  # noqa: E402

@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python -m benchmarks.oracle_os_fleet   # ~7 min; results/oracle_os_fleet.json
 
-Starts the environments as `launch.local` does (`launch.env_fleet.start_task_fleet`, sandboxed as
+Starts the environments as `launch.local` does (`environments.fleet.start_task_fleet`, sandboxed as
 configs/local_default.py asks, the main job's 64 sessions per worker): a controller and one OS
 worker per split, train and test, which together hold dev.json and train.json (1026 problems).
 As host root, `task_worker_placements` starts those workers outside a worker sandbox, in a mount
@@ -33,7 +33,7 @@ from typing import Any
 from benchmarks.machine_info import RESULTS_DIR, write_result
 from environments.oracle import EpisodeRecord, load_oracle, play_all, summarize
 from environments.registry import load_task, task_key
-from launch.env_fleet import PRIVATE_MOUNTS, start_task_fleet
+from environments.fleet import PRIVATE_MOUNTS, start_task_fleet
 
 TASK, SPLITS = "os_interaction", ("train", "test")
 IN_FLIGHT = 8   # as environments.oracle's default, which the unsandboxed figure used

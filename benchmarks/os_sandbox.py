@@ -10,7 +10,7 @@ Runs as host root with the default image (scripts/setup.sh). In the same run, ba
   * start-up: the mean time to start a machine and run its first command, with the seeded root
     (the image read-only, writable copies of /etc, /var, ...) and with the copy-on-write overlay;
     and the overlay's where the main job's fleet runs the OS worker: a process of its own in a
-    private mount namespace (`launch.env_fleet.PRIVATE_MOUNTS`, `task_worker_placements`).
+    private mount namespace (`environments.fleet.PRIVATE_MOUNTS`, `task_worker_placements`).
 Figures on a shared machine are only meaningful as same-run ratios; the load is recorded.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from benchmarks.machine_info import RESULTS_DIR, machine_info
 from environments.os_interaction.machine import COMMAND_TIMEOUT_S, Machine, MachineSpec
 from environments.sandbox import Limits
-from launch.env_fleet import PRIVATE_MOUNTS, REPO_ROOT
+from environments.fleet import PRIVATE_MOUNTS, REPO_ROOT
 
 IMAGE = str(Path(os.environ.get("AGENTRL_ROOTFS_CACHE", "/var/cache/agentrl_jax/rootfs"))
             / "default")

@@ -148,7 +148,7 @@ def summarise(arm: str, config, reports: list[dict[str, float]], started: float,
 
 
 async def main_async(args) -> dict[str, Any]:
-    from launch.env_fleet import start_task_fleet
+    from environments.fleet import start_task_fleet
 
     config = local_smollm2.get_config()
     figures: dict[str, Any] = {}

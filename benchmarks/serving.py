@@ -325,13 +325,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from agentrl_jax import compile_cache
 
     compile_cache.enable()
+    from agentrl_jax.experiment.saved_policy import load_checkpoint, resolve_checkpoint
     from agentrl_jax.sampling import GenerateRequest
     from agentrl_jax.serving.app import create_app
     from agentrl_jax.serving.schemas import ChatCompletionRequest
+    from agentrl_jax.serving.served_engine import served_engine
     from agentrl_jax.serving.service import ServerConfig, Service
     from benchmarks.machine_info import write_result
-    from launch.eval import load_checkpoint, resolve_checkpoint
-    from launch.serve import make_engine
 
     load_start = os.getloadavg()
     cpu_start, wall_start = cpu_seconds(), time.perf_counter()
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     policy = load_checkpoint(checkpoint, "hermes")
     tokenizer = policy.tokenizer
     config = engine_config(max(levels), 128)
-    engine, _ = make_engine(policy.model, config, tokenizer, {})
+    engine, _ = served_engine(policy.model, config, tokenizer, {})
     t = time.perf_counter()
     engine.engine.warmup(constrained=True)
     print(f"engine warm-up (compiles every shape): {time.perf_counter() - t:.1f} s")

@@ -81,11 +81,11 @@ def run_variant(name: str, vocab: int, steps: int) -> dict[str, float]:
 
     from agentrl_jax import hostmem
     from agentrl_jax.models.decoder import Decoder
+    from agentrl_jax.parallel.mesh import single_device_mesh
     from agentrl_jax.rl import train_step
     from agentrl_jax.rl.batch import Trajectory, pack
     from agentrl_jax.sft.trainer import SFTTrainer
     from benchmarks.model_shapes import SMOLLM2_135M
-    from launch.local import single_device_mesh
 
     hostmem.keep_freed_memory()
     full_vocab, remat, lora, rows, length, empty, loss, dtype = VARIANTS[name]

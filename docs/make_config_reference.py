@@ -69,7 +69,7 @@ MEANINGS: dict[str, str] = {
     "env.sandbox": "each task worker in its own bubblewrap sandbox (environments/sandbox)",
     "env.allow_root_fallback": "a launcher that is not host root: start the OS task with the "
                                "seeded root (rlimits only) instead of refusing "
-                               "(launch/env_fleet.py, docs/security.md)",
+                               "(environments/fleet.py, docs/security.md)",
     "env.tasks": "the tasks trained on (environment folder names; the controller serves "
                  "TASK-SPLIT)",
     "env.concurrency": "episodes one started worker holds at once",

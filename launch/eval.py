@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import pathlib
@@ -54,8 +53,13 @@ from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.evaluation.transcripts import TranscriptLog
-from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
+from agentrl_jax.experiment.saved_policy import (
+    Checkpoint,
+    CheckpointError,
+    load_checkpoint,
+    resolve_checkpoint,
+)
 from agentrl_jax.rollout.record import Rollout
 from environments.registry import AGENTBENCH_FC, task_key
 from launch import process
@@ -77,113 +81,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS,
 
 
 class EvalError(ValueError):
-    """A checkpoint, step or task that does not exist (reported without a traceback)."""
-
-
-# ----------------------------------------------------------------------------- what is evaluated
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """Where the evaluated policy comes from.
-
-    Attributes:
-      model_dir: HF directory giving architecture and tokenizer (and the weights, unless `step`).
-      step: RL checkpoint step whose parameters replace the directory's weights, or None.
-      run_dir: the `launch.local` run directory, when `--checkpoint` named one.
-      run_config: that run's config (`RUN_DIR/config.json`), or None.
-    """
-
-    model_dir: pathlib.Path
-    step: int | None = None
-    run_dir: pathlib.Path | None = None
-    run_config: ml_collections.ConfigDict | None = None
-
-    def describe(self) -> str:
-        if self.run_dir is None:
-            return str(self.model_dir)
-        return f"{self.run_dir} step {self.step}" if self.step is not None else str(self.model_dir)
-
-
-def is_run_dir(path: pathlib.Path) -> bool:
-    return (path / "stages.json").is_file() or (path / "checkpoints").is_dir()
-
-
-def checkpoint_steps(run_dir: pathlib.Path) -> list[int]:
-    """The RL checkpoint steps saved in `run_dir/checkpoints` (Orbax's step folders)."""
-    directory = run_dir / "checkpoints"
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
-
-
-def resolve_checkpoint(checkpoint: str, step: int | None = None) -> Checkpoint:
-    """Interprets `--checkpoint` (and `--step`); raises EvalError when it names nothing usable."""
-    path = pathlib.Path(checkpoint).expanduser()
-    if not is_run_dir(path):
-        if step is not None:
-            raise EvalError(f"--step needs a run directory (with checkpoints/), not {checkpoint}")
-        from agentrl_jax.models.zoo import resolve_model_dir
-
-        try:
-            return Checkpoint(pathlib.Path(resolve_model_dir(checkpoint)))
-        except ValueError as error:
-            raise EvalError(str(error)) from None
-
-    run_dir = path.resolve()
-    config = None
-    if (run_dir / "config.json").is_file():
-        config = ml_collections.ConfigDict(json.loads((run_dir / "config.json").read_text()))
-    final = run_dir / "final_model"
-    steps = checkpoint_steps(run_dir)
-    if step is None and (final / "config.json").is_file():
-        return Checkpoint(final, None, run_dir, config)
-    if step is None:
-        if not steps:
-            raise EvalError(f"{run_dir} has neither final_model/ nor RL checkpoints yet")
-        step = steps[-1]
-    if step not in steps:
-        raise EvalError(f"{run_dir} has no RL checkpoint at step {step}; it has {steps}")
-    # The architecture and tokenizer RL started from: the warm-started policy of the run's
-    # `sft` stage (RUN_DIR/sft_model links to it), or the final model (same architecture) if
-    # that cache has been cleared.
-    stages = json.loads((run_dir / "stages.json").read_text()) if (
-        run_dir / "stages.json").is_file() else {}
-    candidates = [pathlib.Path(stages.get("sft", {}).get("policy_dir", "")),
-                  run_dir / "sft_model", final]
-    base = next((c for c in candidates if (c / "config.json").is_file()), None)
-    if base is None:
-        raise EvalError(f"{run_dir}: the model RL started from is gone (no sft policy_dir in "
-                         "stages.json, no final_model/); cannot rebuild the architecture")
-    return Checkpoint(base, step, run_dir, config)
-
-
-def restore_step(policy: policy_lib.Policy, checkpoints_dir: pathlib.Path, step: int) -> None:
-    """Replaces `policy.model`'s weights with `state.params` of the RL checkpoint at `step`.
-
-    Only the parameters are read (not the optimizer state), onto the model's own shardings.
-    """
-    import jax
-    from flax import nnx
-
-    from agentrl_jax.checkpoint import CheckpointManager
-
-    state = nnx.state(policy.model)
-    target = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-        nnx.to_pure_dict(state))
-    with CheckpointManager(checkpoints_dir) as manager:
-        params = manager.restore_params(target, step=step)
-    nnx.replace_by_pure_dict(state, params)
-    nnx.update(policy.model, state)
-
-
-def load_checkpoint(checkpoint: Checkpoint, parser: str) -> policy_lib.Policy:
-    policy = policy_lib.load_policy(checkpoint.model_dir, parser)
-    if checkpoint.step is not None:
-        assert checkpoint.run_dir is not None
-        restore_step(policy, checkpoint.run_dir / "checkpoints", checkpoint.step)
-    return policy
+    """A task or setting that does not exist (reported without a traceback, as a
+    `CheckpointError` is)."""
 
 
 # ----------------------------------------------------------------------------- environments
@@ -196,9 +95,9 @@ def start_test_fleet(tasks: Sequence[str], split: str, stack: contextlib.ExitSta
     """A controller and one `split` worker per task (stopped when `stack` closes); its URL.
 
     Call it before JAX starts its threads (before loading a model): workers are forked.
-    `allow_root_fallback`: see `launch.env_fleet.task_worker_placements`.
+    `allow_root_fallback`: see `environments.fleet.task_worker_placements`.
     """
-    from launch.env_fleet import prepare_task_data, start_task_fleet
+    from environments.fleet import prepare_task_data, start_task_fleet
 
     if sandbox and log_dir is not None:
         prepare_task_data(tasks, [split], log_dir)
@@ -398,7 +297,7 @@ def main(argv: Sequence[str]) -> None:
     compile_cache.enable()
     try:
         run_eval(FLAGS.config)
-    except EvalError as error:   # a checkpoint or task that does not exist: say so, no trace
+    except (EvalError, CheckpointError) as error:   # names nothing that exists: say so
         raise SystemExit(f"launch.eval: {error}") from None
 
 

@@ -46,9 +46,7 @@ import shutil
 import time
 from typing import Any
 
-import jax
 import ml_collections
-import numpy as np
 from absl import app
 from jax.sharding import Mesh
 from ml_collections import config_flags
@@ -62,6 +60,7 @@ from agentrl_jax.evaluation.transcripts import TranscriptLog
 from agentrl_jax.experiment import demonstrations, report, rl_stage
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.parallel.mesh import single_device_mesh
 from agentrl_jax.pipeline.trainer_driver import trainer_config
 from agentrl_jax.sft import copy_stage, copy_swap
 from agentrl_jax.sft import demos as demos_lib
@@ -127,7 +126,7 @@ def start_environments(env: ml_collections.ConfigDict, run: RunDir, stack: conte
     """The controller URL: `env.controller_url`, or a fleet started here (stopped on exit)."""
     if env.controller_url:
         return env.controller_url
-    from launch.env_fleet import start_task_fleet
+    from environments.fleet import start_task_fleet
 
     splits = (env.train_split, env.test_split)
     print(f"environments: starting {len(env.tasks) * len(splits)} workers"
@@ -153,7 +152,7 @@ def gather_demos(config: ml_collections.ConfigDict, run: RunDir) -> list[pathlib
 
 def prepare_task_data(config: ml_collections.ConfigDict, run: RunDir) -> None:
     """Builds every task's data cache for the splits the workers will serve."""
-    from launch.env_fleet import prepare_task_data as prepare
+    from environments.fleet import prepare_task_data as prepare
 
     with stage_clock.span("env_wait"):
         prepare(config.env.tasks, (config.env.train_split, config.env.test_split),
@@ -330,10 +329,6 @@ def rollout_source(config: ml_collections.ConfigDict, engine: Any, url: str) -> 
         return agent_rollouts.source(config.openai_agent, engine=engine, controller_url=url,
                                      max_context=config.rl.engine.max_context)
     raise ValueError(f"rollouts must be 'agent_loop' or 'openai_agent', not {rollouts!r}")
-
-
-def single_device_mesh() -> Mesh:
-    return Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
 
 
 async def rl_and_eval(config, run: RunDir, url: str, policy_dir: pathlib.Path,

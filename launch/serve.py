@@ -78,44 +78,6 @@ def engine_config(run_config: Any, overrides: dict[str, Any]) -> Any:
     return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def make_engine(model: Any, config: Any, tokenizer: Any, adapters: dict[str, str]
-                ) -> tuple[Any, dict[str, str]]:
-    """The engine serving `model` as "current" and each PEFT adapter directory of `adapters`
-    as policy `adapter/NAME`, and {model name: policy} of the adapters.
-
-    With adapters the engine is an `AdapterSamplingEngine`: one base, each adapter applied
-    unmerged; the base itself is served with a zero adapter (B = 0: exactly the base's
-    function), so every policy shares the one compiled adapter shape.
-    """
-    import asyncio
-
-    from agentrl_jax.sampling import AsyncSamplingEngine, SamplingEngine
-
-    def decode(ids: Sequence[int]) -> str:
-        return tokenizer.decode(ids, skip_special_tokens=False)
-
-    if not adapters:
-        return AsyncSamplingEngine(SamplingEngine(model, config, decode_fn=decode)), {}
-    from agentrl_jax.models import lora as lora_lib
-    from agentrl_jax.models.peft_io import load_adapter
-    from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine, adapter_tree
-
-    loaded = {name: load_adapter(model, directory) for name, directory in adapters.items()}
-    shapes = {m.cfg.lora for m in loaded.values()}
-    if len(shapes) != 1:
-        raise SystemExit(f"launch.serve: the adapters differ in rank or targets ({shapes}); "
-                         "one engine serves adapters of one shape")
-    lora = shapes.pop()
-    assert lora is not None  # load_adapter's models have adapters
-    base = lora_lib.with_adapters(model, lora)
-    engine = AdapterSamplingEngine(SamplingEngine(base, config, decode_fn=decode), base)
-    served = {}
-    for name, adapted in loaded.items():
-        served[name] = f"adapter/{name}"
-        asyncio.run(engine.update_params(adapter_tree(adapted), 0, policy=served[name]))
-    return engine, served
-
-
 def parse_adapters(entries: Sequence[str]) -> dict[str, str]:
     """--adapters NAME=DIR entries as {NAME: DIR}."""
     out = {}
@@ -135,20 +97,28 @@ def build(checkpoint: str, step: int | None, parser: str | None, model_name: str
     close once the server has stopped)."""
     import pathlib
 
+    from agentrl_jax.experiment.saved_policy import (
+        CheckpointError,
+        load_checkpoint,
+        resolve_checkpoint,
+    )
     from agentrl_jax.serving.app import create_app
+    from agentrl_jax.serving.served_engine import served_engine
     from agentrl_jax.serving.service import ServerConfig, Service
-    from launch.eval import EvalError, load_checkpoint, resolve_checkpoint
 
     try:
         resolved = resolve_checkpoint(checkpoint, step)
-    except EvalError as error:
+    except CheckpointError as error:
         raise SystemExit(f"launch.serve: {error}") from None
     run = resolved.run_config
     parser = parser or (run.model.parser if run is not None and "model" in run else "hermes")
     policy = load_checkpoint(resolved, parser)
     tokenizer = policy.tokenizer
     config = engine_config(run, engine_overrides)
-    async_engine, served = make_engine(policy.model, config, tokenizer, adapters or {})
+    try:
+        async_engine, served = served_engine(policy.model, config, tokenizer, adapters or {})
+    except ValueError as error:   # adapters of different shapes
+        raise SystemExit(f"launch.serve: {error}") from None
     if warmup:
         async_engine.engine.warmup(constrained=warmup_constrained)
     name = model_name or pathlib.Path(resolved.run_dir or resolved.model_dir).name

@@ -42,6 +42,12 @@ def make_mesh(
     return Mesh(np.asarray(devices, dtype=object).reshape(sizes), MESH_AXES)
 
 
+def single_device_mesh() -> Mesh:
+    """The mesh of this process's first device alone (every axis of size 1): where a stage
+    that runs on one device, such as the warm start or RL on one machine, trains."""
+    return make_mesh(1, 1, 1, devices=jax.devices()[:1])
+
+
 def split_devices(
     num_sampler: int, devices: Sequence[jax.Device] | None = None
 ) -> tuple[list[jax.Device], list[jax.Device]]:

@@ -76,9 +76,9 @@ def run_variant(variant: str, cfg, tokens: int, length: int, steps: int) -> dict
     hostmem.keep_freed_memory()  # as the warm start: buffers stay mapped between steps
     from agentrl_jax.models import layers as model_layers
     from agentrl_jax.models.decoder import Decoder
+    from agentrl_jax.parallel.mesh import single_device_mesh
     from agentrl_jax.rl import train_step
     from agentrl_jax.rl.batch import Trajectory, pack
-    from launch.local import single_device_mesh
 
     if variant == "autodiff":  # the decoder looks the function up when it is traced
         model_layers.block_causal_attention = autodiff_block_attention

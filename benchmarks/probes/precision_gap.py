@@ -51,12 +51,12 @@ def main() -> None:
     from agentrl_jax.experiment import demonstrations
     from agentrl_jax.models.hf_io import load_hf
     from agentrl_jax.models.zoo import resolve_model_dir
+    from agentrl_jax.parallel.mesh import single_device_mesh
     from agentrl_jax.rl import batch as batch_lib
     from agentrl_jax.rl import train_step
     from agentrl_jax.sft import demos as demos_lib
     from benchmarks.machine_info import write_result
     from configs import local_default
-    from launch.local import single_device_mesh
 
     compile_cache.enable()
     config = local_default.get_config()

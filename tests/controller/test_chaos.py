@@ -30,7 +30,7 @@ import aiohttp
 import httpx
 import pytest
 
-from launch.env_fleet import (
+from environments.fleet import (
     ServerProcess,
     controller_argv,
     spawn_server,

@@ -10,7 +10,7 @@ import pytest
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.wire import SampleStatus
-from launch.env_fleet import EnvFleet
+from environments.fleet import EnvFleet
 from tests.support.controller_fleet import ThreadFleet, echo_call
 
 CONTROLLER = dict(heartbeat_timeout_s=2.0, liveness_interval_s=0.1, probe_timeout_s=1.0,

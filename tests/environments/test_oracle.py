@@ -11,7 +11,7 @@ import httpx
 from agentrl_jax.evaluation import protocol
 from environments import oracle
 from environments.registry import load_task
-from launch.env_fleet import start_task_fleet
+from environments.fleet import start_task_fleet
 
 
 def test_runner_plays_the_db_oracle_and_writes_results(tmp_path, capsys):

@@ -75,7 +75,7 @@ PROOF = """
 import asyncio, json, sys
 from agentrl_jax.controller.client import ControllerClient
 from environments.registry import load_task, parse_task_key, task_key, task_names
-from launch.env_fleet import start_task_fleet
+from environments.fleet import start_task_fleet
 
 task = load_task("arithmetic", split="test")
 with start_task_fleet(["arithmetic"], ["train", "test"], sandbox=False, concurrency=4,

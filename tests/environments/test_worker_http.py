@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from environments.echo import EchoTask
 from environments.worker.server import WorkerConfig, create_worker_app
-from launch.env_fleet import ServerThread
+from environments.fleet import ServerThread
 
 
 def echo_call(text: str) -> dict:

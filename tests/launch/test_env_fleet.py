@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from environments.fleet import PRIVATE_MOUNTS, REPO_ROOT, task_worker_placements, worker_argv
 from environments.sandbox.mounts import host_root
-from launch.env_fleet import PRIVATE_MOUNTS, REPO_ROOT, task_worker_placements, worker_argv
 
 
 @pytest.mark.skipif(not host_root(), reason="the exception is for a host-root launcher")
@@ -35,7 +35,7 @@ def test_a_host_root_unsandboxed_fleet_changes_nothing():
 # worker sandbox's root is), or a normal user where the tests run as one.
 NOT_HOST_ROOT = r"""
 import json
-from launch.env_fleet import NeedsHostRoot, start_task_fleet, task_worker_placements
+from environments.fleet import NeedsHostRoot, start_task_fleet, task_worker_placements
 out = {"echo alone": task_worker_placements(["echo"], sandbox=True)}
 for sandbox in (True, False):
     try:

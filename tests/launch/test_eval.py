@@ -25,12 +25,13 @@ from absl import flags
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.evaluation import agentbench, protocol
+from agentrl_jax.experiment import saved_policy
 from agentrl_jax.rollout.agent_loop import AgentSpec, EpisodeLimits
 from agentrl_jax.sampling.types import FinishReason, GenerationResult, SamplingParams
 from environments.db.oracle import Oracle
 from environments.db.task import DBTask, user_prompt
+from environments.fleet import REPO_ROOT, EnvFleet
 from launch import eval as eval_lib
-from launch.env_fleet import REPO_ROOT, EnvFleet
 
 RUNS, LIMIT = 3, 5
 LIMITS = EpisodeLimits(max_turns=3, max_context_tokens=2048, max_new_tokens=2048)
@@ -251,10 +252,10 @@ def tiny_run(tmp_path_factory) -> TinyRun:
 
     from agentrl_jax.checkpoint import CheckpointManager
     from agentrl_jax.experiment import policy as policy_lib
+    from agentrl_jax.parallel.mesh import single_device_mesh
     from agentrl_jax.rl import train_step
     from configs import local_default
     from environments.db.task import SYSTEM_PROMPT, TOOLS
-    from launch.local import single_device_mesh
 
     root = tmp_path_factory.mktemp("tiny_run")
     config = local_default.get_config("fast")
@@ -284,23 +285,24 @@ def test_run_directory_step_restores_the_checkpoint_parameters(tiny_run):
     import jax
     from flax import nnx
 
-    checkpoint = eval_lib.resolve_checkpoint(str(tiny_run.run_dir), tiny_run.step)
+    checkpoint = saved_policy.resolve_checkpoint(str(tiny_run.run_dir), tiny_run.step)
     assert checkpoint.model_dir == tiny_run.sft_dir and checkpoint.step == tiny_run.step
     assert checkpoint.run_config.model.parser == "hermes"
-    policy = eval_lib.load_checkpoint(checkpoint, "hermes")
+    policy = saved_policy.load_checkpoint(checkpoint, "hermes")
     restored = jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(policy.model)))
     jax.tree.map(np.testing.assert_array_equal, restored, tiny_run.saved_params)
     # Without --step (and no final_model yet): the latest checkpoint.
-    assert eval_lib.resolve_checkpoint(str(tiny_run.run_dir)).step == tiny_run.step
+    assert saved_policy.resolve_checkpoint(str(tiny_run.run_dir)).step == tiny_run.step
 
 
 def test_bad_checkpoints_are_reported(tiny_run, tmp_path):
-    with pytest.raises(eval_lib.EvalError, match=r"no RL checkpoint at step 7; it has \[2\]"):
-        eval_lib.resolve_checkpoint(str(tiny_run.run_dir), 7)
-    with pytest.raises(eval_lib.EvalError, match="--step needs a run directory"):
-        eval_lib.resolve_checkpoint(str(tiny_run.sft_dir), 3)
-    with pytest.raises(eval_lib.EvalError, match="neither a model-zoo name"):
-        eval_lib.resolve_checkpoint(str(tmp_path / "nothing"))
+    with pytest.raises(saved_policy.CheckpointError,
+                       match=r"no RL checkpoint at step 7; it has \[2\]"):
+        saved_policy.resolve_checkpoint(str(tiny_run.run_dir), 7)
+    with pytest.raises(saved_policy.CheckpointError, match="--step needs a run directory"):
+        saved_policy.resolve_checkpoint(str(tiny_run.sft_dir), 3)
+    with pytest.raises(saved_policy.CheckpointError, match="neither a model-zoo name"):
+        saved_policy.resolve_checkpoint(str(tmp_path / "nothing"))
 
 
 def test_cli_evaluates_a_run_checkpoint_end_to_end(tiny_run, tmp_path):

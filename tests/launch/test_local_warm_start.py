@@ -7,6 +7,7 @@ import json
 import math
 
 from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.parallel.mesh import single_device_mesh
 from configs import local_default
 from launch import local
 from tests.support.demos import DEMO
@@ -20,7 +21,7 @@ def test_the_copy_stage_runs_before_the_demonstrations_when_enabled(tmp_path):
     config.sft.copy.update(sequences=6, length=64, tokens_per_step=128)
     metrics = MetricsLog(tmp_path, tensorboard=False)
 
-    policy_dir = local.warm_start(config, [demos], local.single_device_mesh(), metrics)
+    policy_dir = local.warm_start(config, [demos], single_device_mesh(), metrics)
 
     assert (policy_dir / "config.json").exists()
     records = [json.loads(x) for x in metrics.path.read_text().splitlines()]

@@ -19,7 +19,7 @@ from os_attack_support import Scripted, answer, bash, needs_root_sandbox, replie
 from environments.oracle import play_one
 from environments.registry import task_key
 from environments.sandbox import cgroup
-from launch.env_fleet import start_task_fleet
+from environments.fleet import start_task_fleet
 
 pytestmark = needs_root_sandbox
 MACHINE_MEMORY, MACHINE_DISK_MB = 2048 * 1024**2, 1024   # OSTask's defaults

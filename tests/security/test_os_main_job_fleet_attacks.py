@@ -38,7 +38,7 @@ from os_attack_support import (
 from environments.oracle import play_one
 from environments.registry import task_key
 from environments.sandbox import cgroup
-from launch.env_fleet import PRIVATE_MOUNTS, start_task_fleet
+from environments.fleet import PRIVATE_MOUNTS, start_task_fleet
 from tests.support.host_secrets import planted_secrets
 
 pytestmark = needs_root_sandbox

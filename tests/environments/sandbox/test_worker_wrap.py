@@ -29,7 +29,7 @@ from agentrl_jax.episode import SampleStatus
 from environments.oracle import load_oracle, play_one, tool_call_message
 from environments.registry import load_task
 from environments.sandbox import SandboxError, WorkerSandbox, worker_wrap, wrap_worker_command
-from launch.env_fleet import REPO_ROOT, EnvFleet, ServerProcess
+from environments.fleet import REPO_ROOT, EnvFleet, ServerProcess
 
 pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
 
