@@ -16,10 +16,10 @@ import asyncio
 import pathlib
 from typing import Any
 
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.alfworld import games
 from environments.alfworld.engine import AlfworldGame, Observation
-from environments.registry import task_key
 from environments.worker.task import EpisodeResult, Session, Task
 
 MAX_STEPS = 20

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.db.backends import STATEMENT_TIMEOUT_S, Database, open_database
 from environments.db.data import DEFAULT_DATA_DIR, load_split
 from environments.db.grading import answers_match, is_modification, md5_from_result
 from environments.db.sqlite_guard import DEFAULT_MEMORY_LIMIT_BYTES
-from environments.registry import task_key
 from environments.worker.rounds import Reply, ToolHandler, ToolRounds
 from environments.worker.task import AgentTurn, EpisodeResult, Session, Task, ToolCall
 

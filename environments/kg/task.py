@@ -27,6 +27,7 @@ import logging
 import re
 from typing import Any
 
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.kg import dataset, prompts
 from environments.kg.query_processes import (
@@ -36,9 +37,9 @@ from environments.kg.query_processes import (
 )
 from environments.kg.sparql import RemoteEndpoint
 from environments.kg.tools import TOOL_PARAMETERS, Schema, ToolBox, Variable
-from environments.registry import task_key
 from environments.worker.blocking import SessionCalls
-from environments.worker.task import EpisodeResult, Session, Task, ToolCall
+from environments.worker.rounds import Reply, ToolHandler, ToolRounds
+from environments.worker.task import AgentTurn, EpisodeResult, Session, Task, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -111,86 +112,97 @@ class KnowledgeGraphTask(Task):
     async def play(self, item: dict[str, Any], session: Session) -> EpisodeResult:
         queries, calls = self.backend.session(), SessionCalls("kg")
         try:
-            return await self._play(item, session, ToolBox(queries, await self.schema()), calls)
+            rounds = KnowledgeGraphRounds(session, self.max_rounds, item,
+                                          ToolBox(queries, await self.schema()), calls)
+            session.inject({"role": "system",
+                            "content": prompts.INSTRUCTIONS.format(max_round=self.max_rounds)})
+            if self.one_shot:
+                session.inject([dict(message) for message in prompts.ONE_SHOT])
+            session.inject({"role": "user", "content": f"{item['question']}\nEntities: "
+                                                       f"[{', '.join(rounds.entities)}]"})
+            return await rounds.run()
         finally:
             queries.close()   # stops a query still running when the episode is cancelled
             calls.close()
 
-    async def _play(self, item: dict[str, Any], session: Session, toolbox: ToolBox,
-                    calls_of_session: SessionCalls) -> EpisodeResult:
-        entities: dict[str, str] = item["entities"]
-        gold = {answer["answer_argument"] for answer in item["answer"]}
-        variables: list[Variable] = []
 
-        session.inject({"role": "system",
-                        "content": prompts.INSTRUCTIONS.format(max_round=self.max_rounds)})
-        if self.one_shot:
-            session.inject([dict(message) for message in prompts.ONE_SHOT])
-        session.inject({"role": "user",
-                        "content": f"{item['question']}\nEntities: [{', '.join(entities)}]"})
+class KnowledgeGraphRounds(ToolRounds):
+    """One episode's rounds on one question: the SPARQL tools, their variables, the answer.
 
-        for round_number in range(1, self.max_rounds + 1):
-            turn = await session.action()
-            calls = turn.tool_calls()
-            if not calls:
-                text = turn.content.split("Observation:")[0].replace("\\_", "_")
-                found = FINAL_ANSWER.findall(text)
-                if not found:
-                    session.inject({"role": "user", "content": prompts.NO_TOOL_CALL})
-                    continue
-                number = int(found[0])
-                if number >= len(variables):
-                    return EpisodeResult(SampleStatus.AGENT_VALIDATION_FAILED, 0.0,
-                                         {"rounds": round_number, "score": 0.0,
-                                          "error": f"no variable #{number}"})
-                try:
-                    predicted = set(await calls_of_session.run(toolbox.final_execute,
-                                                               variables[number]))
-                except Exception as error:   # a program the store cannot run
-                    log.info("final answer #%d failed: %s", number, error)
-                    return EpisodeResult(SampleStatus.AGENT_VALIDATION_FAILED, 0.0,
-                                         {"rounds": round_number, "score": 0.0,
-                                          "error": str(error)})
-                correct = predicted == gold
-                return EpisodeResult(SampleStatus.COMPLETED, float(correct),
-                                     {"rounds": round_number, "score": f1_score(predicted, gold),
-                                      "correct": correct, "answers": len(predicted)})
-            for call in calls:
-                content = await self._run_tool(call, toolbox, variables, entities,
-                                               calls_of_session)
-                session.inject({"role": "tool", "tool_call_id": call.id, "content": content})
+    Every mistake is answered with AgentBench-FC's error text and costs the round; a turn
+    without calls is read for the final answer.
+    """
+
+    def __init__(self, session: Session, max_rounds: int, item: dict[str, Any],
+                 toolbox: ToolBox, calls_of_session: SessionCalls) -> None:
+        super().__init__(session, max_rounds)
+        self.entities: dict[str, str] = item["entities"]
+        self.gold = {answer["answer_argument"] for answer in item["answer"]}
+        self.variables: list[Variable] = []
+        self.toolbox, self.calls_of_session = toolbox, calls_of_session
+
+    async def without_calls(self, turn: AgentTurn) -> Reply:
+        """`Final Answer: #k` ends the episode graded on variable k; else a reminder."""
+        text = turn.content.split("Observation:")[0].replace("\\_", "_")
+        found = FINAL_ANSWER.findall(text)
+        if not found:
+            return Reply(prompts.NO_TOOL_CALL)
+        number = int(found[0])
+        if number >= len(self.variables):
+            return Reply(ending=EpisodeResult(SampleStatus.AGENT_VALIDATION_FAILED, 0.0,
+                                              {"rounds": self.round, "score": 0.0,
+                                               "error": f"no variable #{number}"}))
+        try:
+            predicted = set(await self.calls_of_session.run(self.toolbox.final_execute,
+                                                            self.variables[number]))
+        except Exception as error:   # a program the store cannot run
+            log.info("final answer #%d failed: %s", number, error)
+            return Reply(ending=EpisodeResult(SampleStatus.AGENT_VALIDATION_FAILED, 0.0,
+                                              {"rounds": self.round, "score": 0.0,
+                                               "error": str(error)}))
+        correct = predicted == self.gold
+        return Reply(ending=EpisodeResult(
+            SampleStatus.COMPLETED, float(correct),
+            {"rounds": self.round, "score": f1_score(predicted, self.gold), "correct": correct,
+             "answers": len(predicted)}))
+
+    def malformed_call(self, call: ToolCall) -> Reply:
+        if call.error:
+            return Reply(call.error)
+        try:
+            json.loads(call.raw_arguments)
+            reason = "the arguments must be a JSON object"
+        except ValueError as error:
+            reason = str(error)
+        return Reply(f"Error processing tool call: {reason}")
+
+    def unknown_tool(self, call: ToolCall) -> Reply:
+        return Reply(f"Provide an invalid function name. Function {call.name} does not exist")
+
+    def tool(self, name: str) -> ToolHandler | None:
+        return self.run_tool if name in TOOL_PARAMETERS else None
+
+    async def run_tool(self, call: ToolCall, arguments: dict[str, Any]) -> Reply:
+        """The tool's observation (`##` naming the variable it made), or the error text."""
+        try:
+            values = [arguments[name] for name in TOOL_PARAMETERS[call.name]]
+        except KeyError:
+            return Reply("Arguments do not match the function signature. "
+                         f"Error processing arguments for {call.name}")
+        try:
+            resolved = [_resolve(value, self.variables, self.entities) for value in values]
+            variable, observation = await self.calls_of_session.run(
+                getattr(self.toolbox, call.name), *resolved)
+        except Exception as error:   # the agent's mistake, reported back as AgentBench does
+            return Reply(f"Error processing tool call: {error}")
+        if "##" in observation:
+            observation = observation.replace("##", f"#{len(self.variables)}")
+            self.variables.append(variable)
+        return Reply(observation)
+
+    def limit_reached(self) -> EpisodeResult:
         return EpisodeResult(SampleStatus.TASK_LIMIT_REACHED, 0.0,
                              {"rounds": self.max_rounds, "score": 0.0})
-
-    async def _run_tool(self, call: ToolCall, toolbox: ToolBox, variables: list[Variable],
-                        entities: dict[str, str], calls_of_session: SessionCalls) -> str:
-        """One tool call's observation, or the error text AgentBench-FC answers with."""
-        if call.error:
-            return call.error
-        if call.arguments is None:
-            try:
-                json.loads(call.raw_arguments)
-                reason = "the arguments must be a JSON object"
-            except ValueError as error:
-                reason = str(error)
-            return f"Error processing tool call: {reason}"
-        if call.name not in TOOL_PARAMETERS:
-            return f"Provide an invalid function name. Function {call.name} does not exist"
-        try:
-            values = [call.arguments[name] for name in TOOL_PARAMETERS[call.name]]
-        except KeyError:
-            return ("Arguments do not match the function signature. "
-                    f"Error processing arguments for {call.name}")
-        try:
-            arguments = [_resolve(value, variables, entities) for value in values]
-            variable, observation = await calls_of_session.run(
-                getattr(toolbox, call.name), *arguments)
-        except Exception as error:   # the agent's mistake, reported back as AgentBench does
-            return f"Error processing tool call: {error}"
-        if "##" in observation:
-            observation = observation.replace("##", f"#{len(variables)}")
-            variables.append(variable)
-        return observation
 
 
 def _resolve(value: Any, variables: list[Variable], entities: dict[str, str]) -> Variable | str:

@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.os_interaction.data import DEFAULT_DATA_DIR, Problem, load_split
 from environments.os_interaction.machine import (
@@ -49,7 +50,6 @@ from environments.os_interaction.machine import (
     default_rootfs_dir,
     image_path,
 )
-from environments.registry import task_key
 from environments.sandbox import Limits, cgroup
 from environments.sandbox.config import container_open_files, default_worker_memory_bytes
 from environments.sandbox.layer import remove_stale_layers

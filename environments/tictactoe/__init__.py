@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.episode import SampleIndex, SampleStatus
-from environments.registry import task_key
 from environments.tictactoe import game, samples
 from environments.worker import AgentTurn, EpisodeResult, Session, Task, ToolCall
 

@@ -27,8 +27,8 @@ import json
 import pathlib
 from typing import Any
 
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.episode import SampleIndex, SampleStatus
-from environments.registry import task_key
 from environments.webshop import data
 from environments.webshop.site import Browser, Shop
 from environments.worker.agent_input import argument_error
