@@ -44,8 +44,8 @@ from agentrl_jax.sampling import (  # noqa: E402
 )
 from benchmarks.machine_info import write_result  # noqa: E402
 from environments.echo import EchoTask  # noqa: E402
-from environments.worker.server import WorkerConfig, create_worker_app  # noqa: E402
 from environments.fleet import ServerThread  # noqa: E402
+from environments.worker.server import WorkerConfig, create_worker_app  # noqa: E402
 
 
 class SlowEchoTask(EchoTask):

@@ -103,8 +103,9 @@ def test_allocating_is_bounded_for_the_whole_machine(worker):
 
 
 def test_spinning_does_not_starve_another_session(worker):
-    # (How much CPU the quota leaves a spinning machine is measured by benchmarks/os_sandbox.py;
-    # on a loaded host the loops may get less than their quota anyway.)
+    # (How much CPU the quota leaves a spinning machine is measured by
+    # benchmarks/probes/os_sandbox.py; on a loaded host the loops may get less than their quota
+    # anyway.)
     quotas = []
 
     async def run() -> tuple:

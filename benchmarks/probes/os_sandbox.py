@@ -1,6 +1,6 @@
 """Benchmark: what the OS machines' bounds cost and what they hold back (issue #16, item 3).
 
-    sudo .venv/bin/python -m benchmarks.os_sandbox   # ~1 min; results/os_sandbox.json
+    sudo .venv/bin/python -m benchmarks.probes.os_sandbox   # ~1 min; results/os_sandbox.json
 
 Runs as host root with the default image (scripts/setup.sh). In the same run, baseline and ours:
   * CPU: a machine runs 4 busy loops for `SPIN_S` seconds; the CPU-seconds they got, without a
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from benchmarks.machine_info import RESULTS_DIR, machine_info
+from environments.fleet import PRIVATE_MOUNTS, REPO_ROOT
 from environments.os_interaction.machine import COMMAND_TIMEOUT_S, Machine, MachineSpec
 from environments.sandbox import Limits
-from environments.fleet import PRIVATE_MOUNTS, REPO_ROOT
 
 IMAGE = str(Path(os.environ.get("AGENTRL_ROOTFS_CACHE", "/var/cache/agentrl_jax/rootfs"))
             / "default")
@@ -74,7 +74,7 @@ async def start_time(root: str, n: int = 5) -> float:
 
 def start_time_in_fleet_placement(root: str) -> float:
     """`start_time(root)` in a process placed as the main job's fleet places the OS worker."""
-    done = subprocess.run([*PRIVATE_MOUNTS, sys.executable, "-m", "benchmarks.os_sandbox",
+    done = subprocess.run([*PRIVATE_MOUNTS, sys.executable, "-m", "benchmarks.probes.os_sandbox",
                            "--start-time", root], cwd=REPO_ROOT, check=True,
                           capture_output=True, text=True)
     return float(done.stdout.split()[-1])
