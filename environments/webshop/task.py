@@ -33,12 +33,12 @@ from environments.webshop import data
 from environments.webshop.site import Browser, Shop
 from environments.worker.agent_input import argument_error
 from environments.worker.blocking import SessionCalls
-from environments.worker.task import EpisodeResult, Session, Task
+from environments.worker.rounds import Rounds, answer_extra_calls
+from environments.worker.task import AgentTurn, EpisodeResult, Session, Task
 
 MAX_ROUNDS = 20
 NO_TOOL_CALL = "No executable tool calls found! You should call a tool instead."
 INVALID_TOOL_CALL = "No valid tool call found from agent."
-EXTRA_CALL = "Only one action is taken per turn; this call was ignored."
 
 SYSTEM_PROMPT = """
 You are web shopping.
@@ -127,74 +127,86 @@ class WebShopTask(Task):
     async def episode(self, index: SampleIndex, session: Session) -> EpisodeResult:
         calls_of_session = SessionCalls("webshop")
         try:
-            return await self._play(index, session, calls_of_session)
+            rounds = WebShopRounds(session, self.max_rounds, self.shop, self.goal(index),
+                                   calls_of_session)
+            session.inject({"role": "system", "content": SYSTEM_PROMPT})
+            return await rounds.run()
         finally:
             calls_of_session.close()
 
-    async def _play(self, index: SampleIndex, session: Session,
-                    calls_of_session: SessionCalls) -> EpisodeResult:
-        browser = Browser(self.shop, self.goal(index))
-        session.inject({"role": "system", "content": SYSTEM_PROMPT})
-        observation = browser.observation
-        action: str | None = None
-        call_id: str | None = None
-        extra_ids: list[str] = []
-        actions: list[str] = []
 
-        def result(status: SampleStatus, reward: float, rounds: int) -> EpisodeResult:
-            metrics = {"rounds": rounds, "actions": len(actions), "won": reward == 1.0,
-                       "asin": self.goal(index)["asin"]}
-            if browser.reward_info:
-                metrics["purchase"] = browser.reward_info
-            return EpisodeResult(status, reward, metrics)
+class WebShopRounds(Rounds):
+    """One episode's rounds in the shop, in AgentBench's order and with its reading of calls.
 
-        for round_number in range(self.max_rounds):
-            available = browser.available_actions()
-            if round_number == 0:
-                session.inject({"role": "user", "content": "The initial observation:\n"
-                                f"{observation}\n\nAvailable Actions:\n{available}"})
-            elif action is None:
-                session.inject({"role": "user", "content":
-                                f"Observation:\n{observation}\n\nAvailable Actions:\n{available}"})
-            else:
-                session.inject({"role": "tool", "tool_call_id": call_id, "content":
-                                f"Action: {action}\n\nObservation:\n{observation}\n\n"
-                                f"Available Actions:\n{available}"})
-            self._answer_extras(session, extra_ids)
+    Each round first shows the page the last turn led to (`before_turn`): as the reply to the
+    call that acted, else as a user message. Calls are read raw, across the turn's messages, as
+    AgentBench reads them (`action_of`), not through `AgentTurn.tool_calls`; only the first is
+    acted on, and the others are answered `EXTRA_CALL` with the next page.
+    """
 
-            turn = await session.action()
-            calls = [call for message in turn.messages
-                     for call in (message.get("tool_calls") or [])]
-            action, extra_ids = None, []
-            if not calls:
-                observation = NO_TOOL_CALL
-                continue
-            try:
-                action, call_id = action_of(calls[0])
-            except ArgumentsRefused as error:
-                session.inject({"role": "user", "content": str(error)})
-                continue
-            except Exception:   # AgentBench catches everything here
-                session.inject({"role": "user", "content": INVALID_TOOL_CALL})
-                continue
-            extra_ids = [str(call.get("id")) for call in calls[1:] if isinstance(call, dict)]
-            if action is None:
-                continue
-            actions.append(action)
-            observation, reward, done = await calls_of_session.run(browser.step, action)
-            if done:
-                self._answer_extras(session, extra_ids)
-                return result(SampleStatus.COMPLETED, reward, round_number + 1)
+    def __init__(self, session: Session, max_rounds: int, shop: Shop, goal: dict[str, Any],
+                 calls_of_session: SessionCalls) -> None:
+        super().__init__(session, max_rounds)
+        self.goal, self.calls_of_session = goal, calls_of_session
+        self.browser = Browser(shop, goal)
+        self.observation = self.browser.observation
+        self.action: str | None = None       # what the last turn did, if anything
+        self.call_id: str | None = None      # the last call that parsed, answered next round
+        self.extra_ids: list[str] = []       # the last turn's other calls, answered with it
+        self.actions: list[str] = []
 
-        if call_id is not None:
-            session.inject({"role": "tool", "tool_call_id": call_id,
-                            "content": "Task limit reached."})
+    def before_turn(self) -> None:
+        available = self.browser.available_actions()
+        if self.round == 1:
+            self.session.inject({"role": "user", "content": "The initial observation:\n"
+                                 f"{self.observation}\n\nAvailable Actions:\n{available}"})
+        elif self.action is None:
+            self.session.inject({"role": "user", "content": f"Observation:\n{self.observation}"
+                                 f"\n\nAvailable Actions:\n{available}"})
         else:
-            session.inject({"role": "user", "content": "Task limit reached."})
-        self._answer_extras(session, extra_ids)
-        return result(SampleStatus.TASK_LIMIT_REACHED, 0.0, self.max_rounds)
+            self.session.inject({"role": "tool", "tool_call_id": self.call_id, "content":
+                                 f"Action: {self.action}\n\nObservation:\n{self.observation}"
+                                 f"\n\nAvailable Actions:\n{available}"})
+        answer_extra_calls(self.session, self.extra_ids)
 
-    @staticmethod
-    def _answer_extras(session: Session, extra_ids: list[str]) -> None:
-        for extra_id in extra_ids:
-            session.inject({"role": "tool", "tool_call_id": extra_id, "content": EXTRA_CALL})
+    async def take_turn(self, turn: AgentTurn) -> EpisodeResult | None:
+        calls = [call for message in turn.messages
+                 for call in (message.get("tool_calls") or [])]
+        self.action, self.extra_ids = None, []
+        if not calls:
+            self.observation = NO_TOOL_CALL
+            return None
+        try:
+            self.action, self.call_id = action_of(calls[0])
+        except ArgumentsRefused as error:
+            self.session.inject({"role": "user", "content": str(error)})
+            return None
+        except Exception:   # AgentBench catches everything here
+            self.session.inject({"role": "user", "content": INVALID_TOOL_CALL})
+            return None
+        self.extra_ids = [str(call.get("id")) for call in calls[1:] if isinstance(call, dict)]
+        if self.action is None:
+            return None
+        self.actions.append(self.action)
+        self.observation, reward, done = await self.calls_of_session.run(self.browser.step,
+                                                                          self.action)
+        if done:
+            answer_extra_calls(self.session, self.extra_ids)
+            return self.result(SampleStatus.COMPLETED, reward, self.round)
+        return None
+
+    def limit_reached(self) -> EpisodeResult:
+        if self.call_id is not None:
+            self.session.inject({"role": "tool", "tool_call_id": self.call_id,
+                                 "content": "Task limit reached."})
+        else:
+            self.session.inject({"role": "user", "content": "Task limit reached."})
+        answer_extra_calls(self.session, self.extra_ids)
+        return self.result(SampleStatus.TASK_LIMIT_REACHED, 0.0, self.max_rounds)
+
+    def result(self, status: SampleStatus, reward: float, rounds: int) -> EpisodeResult:
+        metrics = {"rounds": rounds, "actions": len(self.actions), "won": reward == 1.0,
+                   "asin": self.goal["asin"]}
+        if self.browser.reward_info:
+            metrics["purchase"] = self.browser.reward_info
+        return EpisodeResult(status, reward, metrics)
