@@ -20,10 +20,14 @@ from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.episode import SampleIndex, SampleStatus
 from environments.alfworld import games
 from environments.alfworld.engine import AlfworldGame, Observation
-from environments.worker.task import EpisodeResult, Session, Task
+from environments.worker.rounds import Reply, ToolHandler, ToolRounds
+from environments.worker.task import AgentTurn, EpisodeResult, Session, Task, ToolCall
 
 MAX_STEPS = 20
 MAX_REPEATS = 3
+NO_CALL = ("No executable tool calls found. Please call take_action with one of the available "
+           "actions.")
+INVALID_CALL = "Invalid call: use take_action with a string argument 'action'."
 
 TAKE_ACTION_TOOL = {
     "type": "function",
@@ -112,45 +116,58 @@ class AlfworldTask(Task):
         observation = await asyncio.to_thread(game.reset)
         session.inject({"role": "system", "content": SYSTEM_PROMPT})
         session.inject({"role": "user", "content": self.first_message(observation)})
-        actions: list[str] = []
         metrics: dict[str, Any] = {"game": str(game_file.relative_to(self.root))}
+        return await AlfworldRounds(session, self.max_steps, game, metrics).run()
 
-        def result(status: SampleStatus, reward: float = 0.0) -> EpisodeResult:
-            return EpisodeResult(status, reward, {**metrics, "steps": len(actions),
-                                                  "won": reward == 1.0})
 
-        for _ in range(self.max_steps):
-            turn = await session.action()
-            calls = turn.tool_calls()
-            call = calls[0] if calls else None
-            action = (call.arguments or {}).get("action") if call else None
-            if call is None or call.name != "take_action" or not isinstance(action, str):
-                if call is None:
-                    problem = ("No executable tool calls found. Please call take_action with "
-                               "one of the available actions.")
-                else:
-                    problem = call.error or ("Invalid call: use take_action with a string "
-                                             "argument 'action'.")
-                self._answer(session, calls, problem)
-                return result(SampleStatus.AGENT_VALIDATION_FAILED)
-            actions.append(action.strip())
-            observation = await asyncio.to_thread(game.step, action.strip())
-            reply = strip_arrival(observation.text) + available_actions(
-                observation.admissible_commands)
-            self._answer(session, calls, reply)
-            if observation.won:
-                return result(SampleStatus.COMPLETED, 1.0)
-            if len(actions) >= MAX_REPEATS and len(set(actions[-MAX_REPEATS:])) == 1:
-                return result(SampleStatus.AGENT_INVALID_ACTION)
-        return result(SampleStatus.TASK_LIMIT_REACHED)
+class AlfworldRounds(ToolRounds):
+    """One episode's steps in the household: `take_action`, the win, the repeats.
 
-    @staticmethod
-    def _answer(session: Session, calls: list, text: str) -> None:
-        """Answers the first tool call with `text` (or the agent, when it made none)."""
-        if not calls:
-            session.inject({"role": "user", "content": text})
-            return
-        session.inject({"role": "tool", "tool_call_id": calls[0].id, "content": text})
-        for extra in calls[1:]:
-            session.inject({"role": "tool", "tool_call_id": extra.id,
-                            "content": "Only one action is taken per turn; this call was ignored."})
+    One call per turn is acted on. A turn without calls, or whose first call is not
+    `take_action` with a string `action`, ends the episode `agent validation failed`.
+    """
+
+    one_call_per_turn = True
+
+    def __init__(self, session: Session, max_steps: int, game: AlfworldGame,
+                 metrics: dict[str, Any]) -> None:
+        super().__init__(session, max_steps)
+        self.game, self.metrics = game, metrics
+        self.actions: list[str] = []
+
+    def tool(self, name: str) -> ToolHandler | None:
+        return self.take_action if name == TAKE_ACTION_TOOL["function"]["name"] else None
+
+    async def without_calls(self, turn: AgentTurn) -> Reply:
+        return self.refusal(NO_CALL)
+
+    def malformed_call(self, call: ToolCall) -> Reply:
+        return self.refusal(call.error or INVALID_CALL)
+
+    def unknown_tool(self, call: ToolCall) -> Reply:
+        return self.refusal(INVALID_CALL)
+
+    async def take_action(self, call: ToolCall, arguments: dict[str, Any]) -> Reply:
+        action = arguments.get("action")
+        if not isinstance(action, str):
+            return self.refusal(INVALID_CALL)
+        self.actions.append(action.strip())
+        observation = await asyncio.to_thread(self.game.step, action.strip())
+        reply = strip_arrival(observation.text) + available_actions(
+            observation.admissible_commands)
+        if observation.won:
+            return Reply(reply, self.result(SampleStatus.COMPLETED, 1.0))
+        if len(self.actions) >= MAX_REPEATS and len(set(self.actions[-MAX_REPEATS:])) == 1:
+            return Reply(reply, self.result(SampleStatus.AGENT_INVALID_ACTION))
+        return Reply(reply)
+
+    def refusal(self, text: str) -> Reply:
+        """`text`, and the end of the episode: the agent's turn could not be acted on."""
+        return Reply(text, self.result(SampleStatus.AGENT_VALIDATION_FAILED))
+
+    def limit_reached(self) -> EpisodeResult:
+        return self.result(SampleStatus.TASK_LIMIT_REACHED)
+
+    def result(self, status: SampleStatus, reward: float = 0.0) -> EpisodeResult:
+        return EpisodeResult(status, reward, {**self.metrics, "steps": len(self.actions),
+                                              "won": reward == 1.0})
