@@ -136,7 +136,7 @@ class AlfworldRounds(ToolRounds):
         self.actions: list[str] = []
 
     def tool(self, name: str) -> ToolHandler | None:
-        return self.take_action if name == TAKE_ACTION_TOOL["function"]["name"] else None
+        return self.take_action if name == "take_action" else None
 
     async def without_calls(self, turn: AgentTurn) -> Reply:
         return self.refusal(NO_CALL)
