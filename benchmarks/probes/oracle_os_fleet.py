@@ -1,6 +1,6 @@
 """Benchmark: the OS task's reference solutions (oracle) through the main job's fleet (#31).
 
-    sudo .venv/bin/python -m benchmarks.oracle_os_fleet   # ~7 min; results/oracle_os_fleet.json
+    sudo .venv/bin/python -m benchmarks.probes.oracle_os_fleet   # ~7 min; oracle_os_fleet.json
 
 Starts the environments as `launch.local` does (`environments.fleet.start_task_fleet`, sandboxed as
 configs/local_default.py asks, the main job's 64 sessions per worker): a controller and one OS
@@ -31,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.machine_info import RESULTS_DIR, write_result
+from environments.fleet import PRIVATE_MOUNTS, start_task_fleet
 from environments.oracle import EpisodeRecord, load_oracle, play_all, summarize
 from environments.registry import load_task, task_key
-from environments.fleet import PRIVATE_MOUNTS, start_task_fleet
 
 TASK, SPLITS = "os_interaction", ("train", "test")
 IN_FLIGHT = 8   # as environments.oracle's default, which the unsandboxed figure used
 SESSIONS = 64   # configs/local_default.py's env.concurrency
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def portable(argv: list[str]) -> list[str]:
