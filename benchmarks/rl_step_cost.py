@@ -42,6 +42,7 @@ import ml_collections
 
 from agentrl_jax import stage_clock
 from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.evaluation import protocol
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
@@ -49,7 +50,6 @@ from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.parallel.mesh import make_mesh
 from benchmarks.machine_info import write_result
 from configs import local_smollm2
-from environments.registry import task_key
 
 # What `configs/local_smollm2.py` set before the RL step's cost was worked on.
 EARLIER = {

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import httpx
 import uvicorn
 
-from environments.registry import task_key
+from agentrl_jax.controller.task_keys import task_key
 
 if TYPE_CHECKING:   # only for annotations: the sandbox package is imported on demand
     from environments.sandbox import WorkerSandbox

@@ -7,12 +7,8 @@ directory on `sys.path`, see `environments/__init__.py`). Dashes in names map to
 (AgentRL names tasks `dbbench-std`). A name of the form `package.module:Attribute` loads a task
 from outside `environments/`.
 
-Task keys. A worker serves one split of a task, and the controller knows it by the key
-`TASK-SPLIT` (`db-test`, `os_interaction-train`; AgentRL's fleets use the same shape,
-`dbbench-std`). `task_key` builds a key and `parse_task_key` takes one apart; both parts are
-letters, digits, `_` and `.` (task names are folder names: `os_interaction`), never `-`, so
-the parse is exact. Everything that names a split of a task (the tasks themselves, the fleet,
-the launchers) goes through these two functions.
+Task keys (`TASK-SPLIT`, the controller's name of a split of a task) are made and taken apart by
+`agentrl_jax.controller.task_keys`.
 
 Suites. `AGENTBENCH_FC` names the tasks of the AgentRL paper's benchmark: the default of the
 configs that reproduce it. A new task folder is registered (served, trained on, evaluated when
@@ -23,46 +19,15 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import re
-from typing import Any, NamedTuple
+from typing import Any
 
 import environments
 from environments.worker.task import Task
 
 _NOT_TASKS = {"worker", "sandbox", "registry"}
-_PART = re.compile(r"[A-Za-z0-9_.]+")
 
 # AgentBench-FC (AgentRL paper, Table 1), by the names of our environment folders.
 AGENTBENCH_FC: tuple[str, ...] = ("alfworld", "db", "kg", "os_interaction", "webshop")
-
-
-class TaskKey(NamedTuple):
-    """A controller task name taken apart: `task_key(*key) == str` of it."""
-
-    task: str
-    split: str
-
-
-def task_key(task: str, split: str) -> str:
-    """The controller's name for `split` of `task`: `TASK-SPLIT`.
-
-    Raises ValueError when either part is empty or holds a character other than letters,
-    digits, `_` and `.` (a `-` would make the key ambiguous).
-    """
-    for what, part in (("task", task), ("split", split)):
-        if not isinstance(part, str) or not _PART.fullmatch(part):
-            raise ValueError(f"{what} name {part!r} cannot be part of a task key: use letters, "
-                             "digits, '_' and '.'")
-    return f"{task}-{split}"
-
-
-def parse_task_key(key: str) -> TaskKey:
-    """(task, split) of a key made by `task_key`; ValueError for anything else."""
-    task, dash, split = key.partition("-") if isinstance(key, str) else ("", "", "")
-    if not (dash and _PART.fullmatch(task) and _PART.fullmatch(split)):
-        raise ValueError(f"{key!r} is not a task key TASK-SPLIT (e.g. 'db-test'; each part "
-                         "letters, digits, '_' and '.')")
-    return TaskKey(task, split)
 
 
 def task_factory(name: str) -> Any:

@@ -51,6 +51,7 @@ from ml_collections import config_flags
 from agentrl_jax import compile_cache
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.evaluation.transcripts import TranscriptLog
 from agentrl_jax.experiment import rl_stage
@@ -61,7 +62,7 @@ from agentrl_jax.experiment.saved_policy import (
     resolve_checkpoint,
 )
 from agentrl_jax.rollout.record import Rollout
-from environments.registry import AGENTBENCH_FC, task_key
+from environments.registry import AGENTBENCH_FC
 from launch import process
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -111,7 +112,7 @@ def start_test_fleet(tasks: Sequence[str], split: str, stack: contextlib.ExitSta
 
 def resolve_task_names(known: Sequence[str], tasks: Sequence[str], split: str) -> list[str]:
     """Controller names of `tasks`: the name itself if the controller knows it, else its task
-    key for `split` (`environments.registry.task_key`)."""
+    key for `split` (`agentrl_jax.controller.task_keys.task_key`)."""
     names = []
     for task in tasks:
         if task in known:

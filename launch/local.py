@@ -55,6 +55,7 @@ from tqdm import tqdm
 from agentrl_jax import compile_cache, hostmem, precision, stage_clock
 from agentrl_jax.cache_dirs import cache_root
 from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.controller.task_keys import parse_task_key, task_key
 from agentrl_jax.evaluation import agentbench, copy_probe, first_call, protocol
 from agentrl_jax.evaluation.transcripts import TranscriptLog
 from agentrl_jax.experiment import demonstrations, report, rl_stage
@@ -65,7 +66,6 @@ from agentrl_jax.pipeline.trainer_driver import trainer_config
 from agentrl_jax.sft import copy_stage, copy_swap
 from agentrl_jax.sft import demos as demos_lib
 from agentrl_jax.sft import stage as sft_stage
-from environments.registry import parse_task_key, task_key
 from launch import process
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent

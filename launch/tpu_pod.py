@@ -68,6 +68,7 @@ from ml_collections import config_flags
 
 from agentrl_jax import compile_cache
 from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.evaluation import agentbench, protocol
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
@@ -90,7 +91,6 @@ from agentrl_jax.rl import train_step
 from agentrl_jax.rl.train_step import TrainState
 from agentrl_jax.sampling import weights as weights_lib
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
-from environments.registry import task_key
 from launch import process
 
 log = logging.getLogger("launch.tpu_pod")

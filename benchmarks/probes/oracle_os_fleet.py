@@ -30,10 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentrl_jax.controller.task_keys import task_key
 from benchmarks.machine_info import RESULTS_DIR, write_result
 from environments.fleet import PRIVATE_MOUNTS, start_task_fleet
 from environments.oracle import EpisodeRecord, load_oracle, play_all, summarize
-from environments.registry import load_task, task_key
+from environments.registry import load_task
 
 TASK, SPLITS = "os_interaction", ("train", "test")
 IN_FLIGHT = 8   # as environments.oracle's default, which the unsandboxed figure used

@@ -16,7 +16,7 @@ checkpoint (AgentRL: validation) every 25. Evaluation: the test splits, 4 runs (
 mean ± std over 4), after RL. Qwen models start RL straight from the Instruct checkpoint.
 
 Task names: the tasks default to the suite `environments.registry.AGENTBENCH_FC`, and the
-controller is asked for `TASK-SPLIT` (`environments.registry.task_key`). Our fleet
+controller is asked for `TASK-SPLIT` (`agentrl_jax.controller.task_keys.task_key`). Our fleet
 (`launch.env_fleet`) serves `db-train`, `db-test`, ...: the defaults. An AgentRL/AgentBench
 fleet names them e.g. `dbbench-env_train` / `dbbench-std`:
 

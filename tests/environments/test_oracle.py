@@ -10,8 +10,8 @@ import httpx
 
 from agentrl_jax.evaluation import protocol
 from environments import oracle
-from environments.registry import load_task
 from environments.fleet import start_task_fleet
+from environments.registry import load_task
 
 
 def test_runner_plays_the_db_oracle_and_writes_results(tmp_path, capsys):

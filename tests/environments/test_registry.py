@@ -20,14 +20,8 @@ import sys
 
 import pytest
 
-from environments.registry import (
-    AGENTBENCH_FC,
-    TaskKey,
-    load_task,
-    parse_task_key,
-    task_key,
-    task_names,
-)
+from agentrl_jax.controller.task_keys import TaskKey, parse_task_key, task_key
+from environments.registry import AGENTBENCH_FC, load_task, task_names
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 GUIDE = REPO_ROOT / "docs" / "adding_a_task.md"
@@ -74,7 +68,8 @@ def guide_file(path: str) -> str:
 PROOF = """
 import asyncio, json, sys
 from agentrl_jax.controller.client import ControllerClient
-from environments.registry import load_task, parse_task_key, task_key, task_names
+from environments.registry import load_task, task_names
+from agentrl_jax.controller.task_keys import parse_task_key, task_key
 from environments.fleet import start_task_fleet
 
 task = load_task("arithmetic", split="test")

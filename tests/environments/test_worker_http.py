@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from environments.echo import EchoTask
-from environments.worker.server import WorkerConfig, create_worker_app
 from environments.fleet import ServerThread
+from environments.worker.server import WorkerConfig, create_worker_app
 
 
 def echo_call(text: str) -> dict:

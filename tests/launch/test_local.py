@@ -14,7 +14,8 @@ import time
 import psutil
 import pytest
 
-from environments.registry import AGENTBENCH_FC, task_key
+from agentrl_jax.controller.task_keys import task_key
+from environments.registry import AGENTBENCH_FC
 from launch.local import GAME_STAGE_DIR
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ import re
 import pytest
 from os_attack_support import Scripted, answer, bash, needs_root_sandbox, replies
 
-from environments.oracle import play_one
-from environments.registry import task_key
-from environments.sandbox import cgroup
+from agentrl_jax.controller.task_keys import task_key
 from environments.fleet import start_task_fleet
+from environments.oracle import play_one
+from environments.sandbox import cgroup
 
 pytestmark = needs_root_sandbox
 MACHINE_MEMORY, MACHINE_DISK_MB = 2048 * 1024**2, 1024   # OSTask's defaults

@@ -35,10 +35,10 @@ from os_attack_support import (
     replies,
 )
 
-from environments.oracle import play_one
-from environments.registry import task_key
-from environments.sandbox import cgroup
+from agentrl_jax.controller.task_keys import task_key
 from environments.fleet import PRIVATE_MOUNTS, start_task_fleet
+from environments.oracle import play_one
+from environments.sandbox import cgroup
 from tests.support.host_secrets import planted_secrets
 
 pytestmark = needs_root_sandbox

@@ -23,9 +23,9 @@ import httpx
 from agentrl_jax.controller.app import create_controller_app
 from agentrl_jax.controller.config import ControllerConfig
 from environments.echo import EchoTask
+from environments.fleet import ServerThread
 from environments.worker.server import WorkerConfig, create_worker_app
 from environments.worker.task import Task
-from environments.fleet import ServerThread
 
 # Short enough for fast tests, long enough that a busy 2-core machine never misses a beat.
 FAST_CONTROLLER = dict(heartbeat_timeout_s=2.0, liveness_interval_s=0.1, probe_timeout_s=1.0,

@@ -26,10 +26,10 @@ from sandbox_helpers import bwrap_problem
 
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.episode import SampleStatus
+from environments.fleet import REPO_ROOT, EnvFleet, ServerProcess
 from environments.oracle import load_oracle, play_one, tool_call_message
 from environments.registry import load_task
 from environments.sandbox import SandboxError, WorkerSandbox, worker_wrap, wrap_worker_command
-from environments.fleet import REPO_ROOT, EnvFleet, ServerProcess
 
 pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason=str(bwrap_problem()))
 
