@@ -49,3 +49,12 @@ def dataclass_from(values: ml_collections.ConfigDict | Mapping[str, Any], cls: t
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)}")
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def mutable_copy(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A ConfigDict of `config`'s values that the caller may change, whether `config` is a
+    run's frozen config (`experiment.run_config`) or a plain ConfigDict; `config` itself is
+    left as it is."""
+    if isinstance(config, ml_collections.FrozenConfigDict):
+        return config.as_configdict()
+    return config.copy_and_resolve_references()

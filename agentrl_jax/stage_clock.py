@@ -6,7 +6,7 @@ start, end)` (`time.perf_counter()` seconds). JAX's compilation is taken from it
 `jax.monitoring` duration events (tracing, lowering to MLIR, the backend compile, which
 includes a persistent-cache read) on whatever thread compiles. `mark(stage)` closes the
 current stage: the time since the previous mark (or `enable()`) is that stage's, as
-`launch.local.RunDir.mark` counts a stage's seconds.
+`experiment.run_dir.RunDir.mark` counts a stage's seconds.
 
 Off by default: until `enable()`, `span` hands out one shared no-op and `record` and `mark`
 return at once, so a seam costs a global lookup and a call. The one behaviour the clock

@@ -31,8 +31,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
@@ -335,6 +335,29 @@ def start_task_fleet(tasks: Sequence[str], splits: Sequence[str], *, sandbox: bo
         fleet.close()
         raise
     return fleet
+
+
+@contextlib.contextmanager
+def serve_tasks(env: Any, log_dir: pathlib.Path) -> Iterator[str]:
+    """The main job's environments (its `env` config): the controller URL `env.controller_url`
+    when set (any AgentRL-compatible fleet), else that of a fleet started here, a train- and a
+    test-split worker per task, stopped on exit; its processes are listed in
+    `log_dir/../fleet.json`."""
+    if env.controller_url:
+        yield env.controller_url
+        return
+    splits = (env.train_split, env.test_split)
+    print(f"environments: starting {len(env.tasks) * len(splits)} workers"
+          f"{' (sandboxed)' if env.sandbox else ''}; logs in {log_dir}")
+    fleet = start_task_fleet(env.tasks, splits, sandbox=env.sandbox,
+                             concurrency=env.concurrency, log_dir=log_dir,
+                             allow_root_fallback=env.allow_root_fallback)
+    with fleet:
+        (log_dir.parent / "fleet.json").write_text(json.dumps({
+            "controller": {"url": fleet.url, "pid": fleet.controller.process.pid},
+            "workers": [{"argv": w.argv, "url": w.url, "pid": w.process.pid}
+                        for w in fleet.workers]}, indent=1))
+        yield fleet.url
 
 
 # ----------------------------------------------------------------------------- in-process

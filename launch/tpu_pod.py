@@ -11,26 +11,6 @@ Run the same command on every host of the slice (e.g. `gcloud compute tpus tpu-v
 elsewhere pass `--coordinator_address=HOST:PORT --num_processes=N --process_id=I` (process 0's
 host and any free port). On one machine, without these flags, the run is one process.
 
-Steps, on every process unless marked:
-  1. `jax.distributed.initialize` (multi-host; before any JAX computation)
-  2. meshes (`pipeline.pod_layout`): sampler replicas on `mesh.sampler_devices` of process 0's
-     local devices and `mesh.sampler_devices_per_host` of every other's (or
-     `mesh.sampler_devices_by_process`), tensor parallel within a host, one replica per process
-     or `mesh.sampler_tensor_parallel` devices each; the trainer mesh is every other device
-     (`mesh.trainer`: data × fsdp × tensor)
-  3. the policy from the HF directory `model.path`, sharded onto the trainer mesh (and, when the
-     loss has a KL term, a frozen bf16 reference beside it); each sampler replica loads its own
-     copy onto its devices. Process 0's first replica is the pipeline's engine; every other one
-     is a `pipeline.host_sampler.HostSampler` that claims groups from process 0's rollout hub
-     (whose URL process 0 sends first) and takes its weights from the trainer's gather on its
-     own process
-  4. RL through the controller at `env.controller_url` (required; an AgentRL controller or
-     `launch.env_fleet`), checkpointed to `run_dir/checkpoints` (a local path or a bucket URL;
-     on several hosts it must be storage every host reaches); a restarted run resumes there
-  5. process 0: evaluation on the test split (`eval.after_rl`; `eval.before_rl` too)
-  6. process 0: the trained policy exported as an HF directory (`export.dir`, default
-     `run_dir/final_model`)
-
 Before renting the slice, check that the run fits it (on any machine, without the weights):
 
     python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_7b.py \\
@@ -40,63 +20,25 @@ compiles every program the run executes (train step, sampler buckets, weight gat
 libtpu's compiler for that topology and prints each one's HBM per chip, FLOPs and roofline
 (`agentrl_jax.aot`, docs/tpu_pod.md); it exits 1 naming any program that does not fit.
 
-How the processes divide the work (process 0 leads: rollouts, sampling, the pipeline; every
-process trains, SPMD) is described in `agentrl_jax/pipeline/multihost.py`. Metrics, eval
-results and TensorBoard go to `log_dir` (default: `run_dir` when it is local); with a bucket
-`run_dir` they are written locally and copied to `run_dir/logs` at the end.
+The job's steps, and how the processes divide the work: `agentrl_jax/experiment/pod_job.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
-import logging
-import os
 import pathlib
-import shutil
-import socket
-from collections.abc import Callable
-from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 from absl import app, flags
-from jax.sharding import Mesh
 from ml_collections import config_flags
 
 from agentrl_jax import compile_cache
-from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.task_keys import task_key
-from agentrl_jax.evaluation import agentbench, protocol
-from agentrl_jax.experiment import policy as policy_lib
-from agentrl_jax.experiment import rl_stage
-from agentrl_jax.experiment.metrics import MetricsLog
-from agentrl_jax.models.decoder import Decoder
-from agentrl_jax.models.hf_io import load_hf, save_hf
-from agentrl_jax.pipeline import multihost, pod_layout
-from agentrl_jax.pipeline.host_sampler import HostSampler, feed, replica_name
-from agentrl_jax.pipeline.pod_layout import Layout
-from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
-from agentrl_jax.pipeline.sampling_worker import make_spec
-from agentrl_jax.pipeline.trainer_driver import (
-    MultiHostDriver,
-    OnWeights,
-    TrainerDriver,
-    onto_each,
-    trainer_config,
-)
-from agentrl_jax.rl import train_step
-from agentrl_jax.rl.train_step import TrainState
-from agentrl_jax.sampling import weights as weights_lib
-from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
+from agentrl_jax.experiment import pod_job, run_config
+from agentrl_jax.pipeline import multihost
 from launch import process
 
-log = logging.getLogger("launch.tpu_pod")
-SETUP = "setup"  # the leader's first message when the followers sample: the hub's URL
 FLAGS = flags.FLAGS
-
 
 def define_flags() -> None:
     """The launcher's flags (defined on demand, so importing this module defines none)."""
@@ -122,335 +64,11 @@ def define_flags() -> None:
                         "--compile_only: where the JSON goes (default LOG_DIR/compile_report.json)")
 
 
-# ----------------------------------------------------------------------------- config
-
-
-def is_url(path: str) -> bool:
-    return "://" in path
-
-
-def check_config(config: ml_collections.ConfigDict) -> None:
-    """Refuses a config this launcher cannot run, with what to set (before anything starts)."""
-    if not config.env.controller_url:
-        raise ValueError("env.controller_url is empty: this launcher trains against an existing "
-                         "environment fleet; pass --config.env.controller_url=http://HOST:5020/api"
-                         " (start one with `python -m launch.env_fleet`)")
-    if config.model.source == "scratch":
-        raise ValueError("model.source='scratch' needs a warm start on demonstrations: use "
-                         "launch.local, or model.source='hf' with model.path")
-    if config.model.get("shrink_layers"):
-        raise ValueError("model.shrink_layers shrinks a model over launch.local's "
-                         "demonstrations; here, shrink it once (agentrl_jax.models.shrink) and "
-                         "pass model.source='hf' with model.path")
-    if config.model.source == "hf" and not config.model.path:
-        raise ValueError("model.path is empty: pass --config.model.path=/path/to/the/HF/model "
-                         "(a directory with config.json, safetensors and the tokenizer)")
-    if not config.env.tasks:
-        raise ValueError("env.tasks is empty")
-    if not config.run_dir:
-        raise ValueError("run_dir is empty")
-    pod_layout.check_counts(config.mesh)
-    if config.mesh.weight_transfer not in ("device", "host"):
-        raise ValueError(f"mesh.weight_transfer must be device or host, not "
-                         f"{config.mesh.weight_transfer!r}")
-    if config.rl.pipeline.mode != "async" and config.rl.pipeline.mode != "sync":
-        raise ValueError(f"rl.pipeline.mode must be async or sync, not {config.rl.pipeline.mode}")
-    trainer_config(config.rl)   # a trainer temperature apart from the sampler's
-
-
-def log_dir_of(config: ml_collections.ConfigDict) -> pathlib.Path:
-    """Where metrics and eval results are written (always a local directory)."""
-    if config.log_dir:
-        return pathlib.Path(config.log_dir)
-    if is_url(config.run_dir):
-        return pathlib.Path("runs") / config.run_dir.rstrip("/").rsplit("/", 1)[-1]
-    return pathlib.Path(config.run_dir)
-
-
-# ----------------------------------------------------------------------------- samplers
-
-
-def _dtype(name: str | None) -> Any:
-    return jnp.dtype(name) if name else None
-
-
-def load_trainer_models(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
-                        mesh: Mesh) -> tuple[Decoder, Decoder | None]:
-    """The policy on the trainer mesh (fp32 master weights) and the KL reference (bf16)."""
-    model = load_hf(policy_dir, mesh=mesh)
-    reference = None
-    if train_step.needs_reference(config.rl.trainer):
-        reference = load_hf(policy_dir, mesh=mesh, dtype=train_step.REFERENCE_DTYPE,
-                            param_dtype=train_step.REFERENCE_DTYPE)
-    return model, reference
-
-
-# ----------------------------------------------------------------------------- the leader
-
-
-async def evaluate(config: ml_collections.ConfigDict, policy: policy_lib.Policy, engine,
-                   client: ControllerClient, name: str, log_dir: pathlib.Path,
-                   metrics: MetricsLog, step: int) -> dict[str, Any]:
-    """The test split of `eval.tasks` (process 0; the sampler already serves `policy`)."""
-    results = await agentbench.evaluate(
-        client, engine, rl_stage.agent_spec(config.rl, policy),
-        [task_key(task, config.env.test_split) for task in config.eval.tasks],
-        select=protocol.selection("test", config.eval.per_task), runs=config.eval.runs,
-        concurrency=config.eval.concurrency, seed=config.seed)
-    print(agentbench.write(results, log_dir, name), flush=True)
-    metrics.write(name, step, {**agentbench.average(results),
-                               **{f"{t}/success": r.success_mean for t, r in results.items()}})
-    return agentbench.to_json(results)
-
-
-def export(config: ml_collections.ConfigDict, policy: policy_lib.Policy,
-           log_dir: pathlib.Path) -> str:
-    """The trained policy as an HF directory (written locally, then copied to a bucket)."""
-    target = config.export.dir or os.path.join(config.run_dir, "final_model")
-    local = log_dir / "final_model" if is_url(target) else pathlib.Path(target)
-    shutil.rmtree(local, ignore_errors=True)
-    save_hf(policy.model, local, dtype=_dtype(config.export.dtype))
-    policy.tokenizer.save_pretrained(local)
-    if is_url(target):
-        copy_files(local, target)
-    return target
-
-
-def copy_files(local: pathlib.Path, url: str) -> None:
-    """The plain files of `local` (not its subdirectories) into the bucket folder `url`."""
-    from etils import epath
-
-    destination = epath.Path(url)
-    destination.mkdir(parents=True, exist_ok=True)
-    for path in sorted(local.iterdir()):
-        if path.is_file():
-            (destination / path.name).write_bytes(path.read_bytes())
-
-
-def load_sampler_policy(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
-                        mesh: Mesh, tokenizer: Any) -> policy_lib.Policy:
-    """A sampler replica's own copy, on its own devices, in the engine's dtype
-    (`rl.engine.compute_dtype`; unset: as stored)."""
-    dtype = _dtype(config.rl.engine.get("compute_dtype"))
-    model = load_hf(policy_dir, mesh=mesh,
-                    **({"dtype": dtype, "param_dtype": dtype} if dtype is not None else {}))
-    return policy_lib.Policy(model, tokenizer, config.model.parser)
-
-
-def replica_engines(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
-                    meshes: list[Mesh], tokenizer: Any
-                    ) -> tuple[list[AsyncSamplingEngine], list[Any]]:
-    """One engine (not started) per sampler mesh, each over its own copy of the policy, and
-    the shardings of each one's weights (where a device-to-device placement puts them)."""
-    engines, shardings = [], []
-    for mesh in meshes:
-        policy = load_sampler_policy(config, policy_dir, mesh, tokenizer)
-        engines.append(rl_stage.make_engine(config.rl, policy, mesh=mesh))
-        shardings.append(weights_lib.weight_shardings(policy.model, mesh))
-    return engines, shardings
-
-
-def start_host_samplers(config: ml_collections.ConfigDict, hub_url: str,
-                        engines: list[AsyncSamplingEngine], first_replica: int, *, device: bool,
-                        into: list[HostSampler]) -> None:
-    """A started `HostSampler` per engine, claiming from the hub at `hub_url`, appended to
-    `into` (the list this process's `host_sampler.feed` hands the weights to)."""
-    for i, engine in enumerate(engines):
-        sampler = HostSampler(
-            hub_url, engine, device=device,
-            worker_id=replica_name(jax.process_index(), first_replica + i),
-            concurrency=max(1, int(config.rl.engine.max_batch)
-                            // int(config.rl.pipeline.group_size)),
-            seed=int(config.seed) + 1000 * jax.process_index() + first_replica + i)
-        sampler.start()
-        into.append(sampler)
-
-
-def device_transfer(config: ml_collections.ConfigDict) -> bool:
-    """Whether host samplers take gathered layers device to device: `mesh.weight_transfer`,
-    except with LoRA, whose adapters (a few MB) go through host memory."""
-    return config.mesh.weight_transfer == "device" and not config.rl.trainer.lora.enabled
-
-
-def hub_settings(config: ml_collections.ConfigDict, policy: policy_lib.Policy, engine,
-                 policy_dir: pathlib.Path) -> HubSettings:
-    """What the leader's rollout hub serves the host samplers (with LoRA, `rl_stage.run_rl`
-    adds the adapters' base once the trainer exists)."""
-    spec = make_spec(policy.model.cfg, str(policy_dir), config.env.controller_url,
-                     engine.engine.config,
-                     rl_stage.agent_spec(config.rl, policy, config.rl.pipeline.stale_policy_ratio))
-    return HubSettings(spec)
-
-
-def hub_starter(config: ml_collections.ConfigDict, layout: Layout,
-                channel: multihost.Channel | None, start_own: Callable[[str], None]):
-    """Starts the pipeline's hub on its event loop; sends the followers its URL as they reach
-    it (`mesh.hub_host`, default this host's name; the set-up message) when any of them
-    samples; then `start_own(url)` starts the leader's own host samplers (loopback)."""
-
-    async def start(hub: RolloutHub) -> None:
-        bind = config.mesh.hub_host or "0.0.0.0"
-        url = await hub.start(host=bind)
-        if layout.followers_sample:
-            assert channel is not None, "followers sample only in a multi-process run"
-            reached = url if config.mesh.hub_host else url.replace(
-                f"//{bind}:", f"//{socket.getfqdn()}:")
-            channel.send(SETUP, {"hub": reached})
-        start_own(url.replace("//0.0.0.0:", "//127.0.0.1:"))
-
-    return start
-
-
-async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
-               model: Decoder, reference: Decoder | None,
-               make_driver: Callable[..., TrainerDriver],
-               channel: multihost.Channel | None = None) -> rl_stage.RLResult:
-    """Process 0: its first sampler replica in process, the controller, the RL pipeline,
-    evaluation and export. With more replicas (its own further ones, the followers'), their
-    rollout hub, whose URL goes to the followers over `channel` (the set-up message), and
-    whose record is written to `log_dir/rollout_hub.json` at the end; the leader's further
-    replicas take each weight version from its driver (`on_weights`). On several processes
-    (`mesh.weight_transfer="device"`, no LoRA) the trainer's gather is placed on every replica
-    of this host device to device, the first's copy going to the pipeline as `PlacedWeights`;
-    otherwise the weights come through this host's memory."""
-    log_dir = log_dir_of(config)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / "config.json").write_text(config.to_json(indent=1, sort_keys=True))
-    metrics = MetricsLog(log_dir)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-    policy = policy_lib.Policy(model, tokenizer, config.model.parser)
-    (first_engine, *extra_engines), shardings = replica_engines(config, policy_dir,
-                                                                layout.samplers, tokenizer)
-    own: list[HostSampler] = []
-    # Several processes: the trainer's gather lands on every replica of this host, device to
-    # device (one process: the local driver's device copy goes to the replicas' own devices).
-    device = channel is not None and device_transfer(config)
-    if device:
-        make_driver = functools.partial(make_driver, place=onto_each(shardings))
-    try:
-        with first_engine as engine:
-            remote = start_hub = None
-            if layout.needs_hub:
-                remote = hub_settings(config, policy, engine, policy_dir)
-                start_hub = hub_starter(config, layout, channel, lambda url: start_host_samplers(
-                    config, url, extra_engines, 1, device=device, into=own))
-                make_driver = functools.partial(make_driver,
-                                                on_weights=feed(own, device=device, first=1))
-            async with ControllerClient(config.env.controller_url) as client:
-                if config.eval.before_rl:
-                    await evaluate(config, policy, engine, client, "eval_before", log_dir,
-                                   metrics, 0)
-                tasks = {}
-                for task in rl_stage.trained_tasks(config.rl, config.env.tasks):
-                    name = task_key(task, config.env.train_split)
-                    tasks[name] = await client.get_indices(name)
-
-                def on_step(report) -> None:
-                    values = report.metrics
-                    print(f"step {report.step}/{config.rl.pipeline.steps}: reward "
-                          f"{values.get('reward_mean', 0):.3f} success "
-                          f"{values.get('success', 0):.3f} grad_norm "
-                          f"{values.get('grad_norm', float('nan')):.3g}", flush=True)
-
-                try:
-                    result = await rl_stage.run_rl(
-                        config.rl, policy=policy, engine=engine, trainer_mesh=layout.trainer,
-                        client=client, task_indices=tasks, run_dir=config.run_dir,
-                        metrics=metrics, on_step=on_step, reference=reference,
-                        make_driver=make_driver, remote=remote, start_hub=start_hub)
-                finally:
-                    for sampler in own:
-                        sampler.stop()
-                if result.hub is not None:
-                    (log_dir / "rollout_hub.json").write_text(
-                        json.dumps(result.hub.report(), indent=1))
-                if config.eval.after_rl:
-                    await evaluate(config, policy, engine, client, "eval_after", log_dir,
-                                   metrics, config.rl.pipeline.steps)
-        target = export(config, policy, log_dir)
-        print(f"trained policy: {target}", flush=True)
-    finally:
-        metrics.close()
-    if is_url(config.run_dir):
-        copy_files(log_dir, os.path.join(config.run_dir, "logs"))
-    return result
-
-
-# ----------------------------------------------------------------------------- followers
-
-
-def follow(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
-           model: Decoder, reference: Decoder | None,
-           channel: multihost.Channel) -> TrainState:
-    """A follower: trains with the leader (`rl_stage.follow_rl`); with sampler replicas of its
-    own, also samples there (`pipeline.host_sampler`), claiming groups from the leader's hub
-    (its URL comes with the set-up message, which every follower receives when any samples)
-    and installing the weights it gathers with the trainer, device to device
-    (`mesh.weight_transfer="device"`: one placed copy per replica) or through host memory."""
-    samplers: list[HostSampler] = []
-    engines: list[AsyncSamplingEngine] = []
-    device = device_transfer(config)
-    place = None
-    if layout.samplers:
-        from transformers import AutoTokenizer
-
-        engines, shardings = replica_engines(config, policy_dir, layout.samplers,
-                                             AutoTokenizer.from_pretrained(policy_dir))
-        if device:
-            place = onto_each(shardings)
-
-    def start() -> OnWeights | None:  # once the trainer is set up: the hub is up, sends its URL
-        setup = channel.receive()
-        if setup.kind != SETUP:
-            raise RuntimeError(f"expected the leader's {SETUP!r} message, got {setup.kind!r}")
-        if not engines:
-            return None  # this process only trains; it took part in the broadcast
-        start_host_samplers(config, setup.meta["hub"], engines, 0, device=device, into=samplers)
-        return feed(samplers, device)
-
-    make_driver = functools.partial(MultiHostDriver, channel=channel, place=place,
-                                    sampler_dtype=config.rl.engine.get("compute_dtype"))
-    try:
-        return rl_stage.follow_rl(config.rl, model=model, trainer_mesh=layout.trainer,
-                                  run_dir=config.run_dir, make_driver=make_driver,
-                                  reference=reference,
-                                  sampler=start if layout.followers_sample else None)
-    finally:
-        for sampler in samplers:
-            sampler.stop()
-
-
-# ----------------------------------------------------------------------------- the job
-
-
-def run(config: ml_collections.ConfigDict) -> TrainState:
-    """Runs this process's part of the job (after `multihost.initialize`); returns its final
-    train state (on several processes, each holds its own shards)."""
-    check_config(config)
-    layout = pod_layout.build_layout(config.mesh)
-    policy_dir = policy_lib.pretrained_dir(config.model)
-    model, reference = load_trainer_models(config, policy_dir, layout.trainer)
-    make_driver: Callable[..., TrainerDriver] = TrainerDriver
-    channel = None
-    if jax.process_count() > 1:
-        channel = multihost.Channel(layout.trainer.devices.flat)
-        make_driver = functools.partial(MultiHostDriver, channel=channel,
-                                        sampler_dtype=config.rl.engine.get("compute_dtype"))
-    if not multihost.is_leader():
-        return follow(config, layout, policy_dir, model, reference, channel)
-    result = asyncio.run(lead(config, layout, policy_dir, model, reference, make_driver,
-                              channel))
-    result.driver.done()  # the followers return (they waited for evaluation and export)
-    return result.state
-
-
 def start(argv: list[str]) -> ml_collections.ConfigDict:
     """Flags → the checked config, with the processes joined (what `main` runs before `run`)."""
     process.begin(argv)
-    config = FLAGS.config
-    check_config(config)  # before joining the others: a bad config fails fast everywhere
+    config = run_config.resolve(FLAGS.config)
+    pod_job.check_config(config)  # before joining the others: a bad config fails fast everywhere
     multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
                          heartbeat_timeout_s=FLAGS.heartbeat_timeout_s)
     return config
@@ -462,7 +80,7 @@ def compile_only(config: ml_collections.ConfigDict) -> None:
     from agentrl_jax.aot.compile_check import compile_check
 
     result = compile_check(config, FLAGS.topology, every_bucket=FLAGS.every_bucket)
-    path = pathlib.Path(FLAGS.compile_report or log_dir_of(config) / "compile_report.json")
+    path = pathlib.Path(FLAGS.compile_report or pod_job.log_dir_of(config) / "compile_report.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"report: {path}", flush=True)
@@ -479,7 +97,7 @@ def main(argv: list[str]) -> None:
         compile_only(FLAGS.config)
         return
     compile_cache.enable()
-    run(start(argv))
+    pod_job.run(start(argv))
 
 
 if __name__ == "__main__":

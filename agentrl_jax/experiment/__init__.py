@@ -1,7 +1,16 @@
-"""The pieces a launcher assembles into a run: the policy (model + tokenizer), oracle
-demonstrations, the supervised warm start, the RL stage, metrics and the final report.
+"""The run: its stages as a library, which the launchers only configure and start.
 
-`launch/local.py` (one machine, its own environments) and `launch/tpu_pod.py` (a pod, a remote
-environment fleet) are thin drivers over these; each piece reads its own part of the run's
-ml_collections config.
+  job.py               the main job on one machine as a graph of resumable stages
+  pod_job.py           the job on a pod (several hosts, a remote environment fleet)
+  run_config.py        the run's config, resolved once and frozen
+  run_dir.py           the run directory and its stage markers
+  demonstrations.py    oracle demonstrations, played once and cached
+  warm_start.py        the supervised warm start, cached by what decides it
+  rl_stage.py          the RL stage: engine, trainer, pipeline, checkpoints, resume
+  evaluation_stage.py  evaluation before and after RL, and the copy probe
+  run_report.py        results.md and success.png (tables and plot in report.py)
+  policy.py            a policy (model + tokenizer + parser), loaded or saved
+  saved_policy.py      what `launch.eval` and `launch.serve` load: a directory, a zoo name, or a
+                       run's RL checkpoint
+  metrics.py           metrics.jsonl and TensorBoard
 """

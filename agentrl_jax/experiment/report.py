@@ -130,7 +130,7 @@ def results_table(before: Mapping[str, Mapping[str, Any]] | None,
 
 
 def stage_times(stages: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line: each finished stage's seconds (as `launch.local`'s RunDir records them)."""
+    """One line: each finished stage's seconds (as `experiment.run_dir.RunDir` records them)."""
     parts = [f"{name} {info['seconds'] / 60:.1f} min" for name, info in stages.items()
              if "seconds" in info]
     total = sum(info.get("seconds", 0.0) for info in stages.values())
@@ -138,7 +138,7 @@ def stage_times(stages: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def copy_probe_table(entries: Mapping[str, Mapping[str, float]]) -> str:
-    """A line per copy probe (`launch.local`'s copy_probe.json): its NLL against chance."""
+    """A line per copy probe (RUN_DIR/copy_probe.json): its NLL against chance."""
     lines = ["Copy probe (NLL on random-token repeats at random offsets; 0 copies, ln V is "
              "chance; `evaluation/copy_probe.py`):\n",
              "| when | NLL | ln V |", "| --- | --- | --- |"]

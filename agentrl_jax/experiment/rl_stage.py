@@ -233,7 +233,7 @@ def follow_rl(
     run_dir: str | os.PathLike,
     make_driver: Callable[[Training], MultiHostDriver],
     reference: Decoder | None = None,
-    sampler: Callable[[], OnWeights] | None = None,
+    sampler: Callable[[], OnWeights | None] | None = None,
 ) -> train_step.TrainState:
     """A follower's side of `run_rl` on several hosts: the same training set-up (so the same
     trainer-mesh calls in the same order), then the driver's `serve` until the leader is done.

@@ -47,6 +47,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from agentrl_jax import stage_clock
 from agentrl_jax.checkpoint import CheckpointManager
+from agentrl_jax.dataclass_config import mutable_copy
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline import multihost
 from agentrl_jax.pipeline.weight_sync import (
@@ -126,7 +127,7 @@ def trainer_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
         return config.trainer
     sampled = float(sampling.temperature) or 1.0
     if config.trainer.temperature is None:
-        trainer = config.trainer.copy_and_resolve_references()
+        trainer = mutable_copy(config.trainer)
         trainer.temperature = sampled
         return trainer
     if float(config.trainer.temperature) != sampled:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
+from agentrl_jax.dataclass_config import mutable_copy
 from agentrl_jax.rl.batch import Trajectory
 
 
@@ -86,7 +87,7 @@ def stage_config(sft: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The `sft_stage.run_sft` config of the stage: one pass over the sequences with the warm
     start's optimizer at the stage's own learning rate and batch."""
     copy = sft.copy
-    config = sft.copy_and_resolve_references()
+    config = mutable_copy(sft)
     config.update(epochs=1, seq_buckets=(copy.length,), tokens_per_step=copy.tokens_per_step,
                   tokens_per_micro=min(copy.tokens_per_step, sft.tokens_per_micro))
     if "auto_buckets" in config:

@@ -20,6 +20,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from agentrl_jax import stage_clock
+from agentrl_jax.dataclass_config import mutable_copy
 from agentrl_jax.models import lora as lora_lib
 from agentrl_jax.rl import optimizer as optimizer_lib
 from agentrl_jax.rl import train_step
@@ -84,9 +85,9 @@ def run_sft(
     tcfg = train_step.default_config()
     tcfg.update(seq_buckets=buckets, tokens_per_micro=config.tokens_per_micro,
                 compute_dtype=config.get("compute_dtype"))
-    tcfg.optimizer = config.optimizer.copy_and_resolve_references()
+    tcfg.optimizer = mutable_copy(config.optimizer)
     if "lora" in config:
-        tcfg.lora = config.lora.copy_and_resolve_references()
+        tcfg.lora = mutable_copy(config.lora)
     # Short runs (fast mode) keep the schedule's shape: warm-up at most a quarter of the steps.
     tcfg.optimizer.warmup_steps = min(int(config.optimizer.warmup_steps), len(steps) // 4)
     tcfg.optimizer.total_steps = max(len(steps), tcfg.optimizer.warmup_steps + 1)

@@ -9,6 +9,7 @@ import pytest
 
 from agentrl_jax.chat.tool_parsers import get_parser
 from agentrl_jax.dataclass_config import dataclass_from
+from agentrl_jax.experiment import pod_job
 from agentrl_jax.models.published import published_config
 from agentrl_jax.pipeline import pod_layout, trainer_driver
 from agentrl_jax.rl import optimizer as optimizer_lib
@@ -16,7 +17,6 @@ from agentrl_jax.rollout.agent_loop import EpisodeLimits
 from agentrl_jax.sampling import EngineConfig, SamplingParams
 from configs.agentbench_fc import ablations
 from environments.registry import AGENTBENCH_FC
-from launch import tpu_pod
 from tests.support.config_files import load_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def test_model_configs_hold_the_papers_settings(model):
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_model_configs_fit_the_launcher(model):
     c = runnable(load(f"{model}.py"))
-    tpu_pod.check_config(c)
+    pod_job.check_config(c)
     get_parser(c.model.parser)
     dataclass_from(c.rl.limits, EpisodeLimits)
     SamplingParams(max_new_tokens=c.rl.limits.max_new_tokens, **c.rl.sampling.to_dict())
@@ -103,19 +103,19 @@ def test_overrides_on_the_command_line():
 def test_launcher_checks_say_what_to_set():
     c = load("qwen25_3b.py")
     with pytest.raises(ValueError, match="controller_url"):
-        tpu_pod.check_config(c)
+        pod_job.check_config(c)
     c = runnable(c)
     c.model.path = ""
     with pytest.raises(ValueError, match="model.path"):
-        tpu_pod.check_config(c)
+        pod_job.check_config(c)
     c = runnable(load("qwen25_3b.py"))
     c.model.shrink_layers = 4   # needs launch.local's demonstrations
     with pytest.raises(ValueError, match="shrink"):
-        tpu_pod.check_config(c)
+        pod_job.check_config(c)
     c = runnable(load("qwen25_3b.py"))
     c.rl.trainer.temperature = 1.0   # the sampler draws at 0.8
     with pytest.raises(ValueError, match="trainer.temperature"):
-        tpu_pod.check_config(c)
+        pod_job.check_config(c)
     c = runnable(load("qwen25_3b.py"))
     c.mesh.sampler_devices = 8  # leaves process 0 nothing to train on
     with pytest.raises(ValueError, match="keep at least one"):

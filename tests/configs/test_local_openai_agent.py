@@ -5,8 +5,8 @@ import pathlib
 
 import pytest
 
+from agentrl_jax.experiment.job import rollout_source
 from configs import local_default
-from launch import local
 from tests.support.config_files import load_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_the_config_trains_the_example_agent_on_db():
 
 
 def test_launch_local_selects_the_rollout_source():
-    assert local.rollout_source(local_default.get_config(), engine=None, url="u") is None
-    assert callable(local.rollout_source(load(), engine=None, url="http://127.0.0.1:1/api"))
+    assert rollout_source(local_default.get_config(), engine=None, url="u") is None
+    assert callable(rollout_source(load(), engine=None, url="http://127.0.0.1:1/api"))
     with pytest.raises(ValueError, match="rollouts must be"):
-        local.rollout_source(load("--config.rollouts=other"), engine=None, url="u")
+        rollout_source(load("--config.rollouts=other"), engine=None, url="u")

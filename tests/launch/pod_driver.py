@@ -7,6 +7,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from agentrl_jax.experiment import pod_job
 from launch import tpu_pod
 
 flags.DEFINE_string("shards_out", None, "where to write this process's parameter shards")
@@ -17,7 +18,7 @@ def path_key(path) -> str:
 
 
 def main(argv: list[str]) -> None:
-    state = tpu_pod.run(tpu_pod.start(argv))
+    state = pod_job.run(tpu_pod.start(argv))
     arrays = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
         for k, shard in enumerate(leaf.addressable_shards):

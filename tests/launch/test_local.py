@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from agentrl_jax.controller.task_keys import task_key
+from agentrl_jax.experiment.job import GAME_STAGE_DIR
 from environments.registry import AGENTBENCH_FC
-from launch.local import GAME_STAGE_DIR
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAGES = ["demos", "sft", "eval_before", "rl", "eval_after", "report"]

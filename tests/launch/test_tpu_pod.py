@@ -359,7 +359,7 @@ def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, c
 def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
     """Without jax.distributed (one host): two sampler replicas on devices 0 and 1 (the
     pipeline's engine, and a host sampler fed by the local driver), the trainer on the other 6."""
-    from launch import tpu_pod
+    from agentrl_jax.experiment import pod_job
     from tests.launch import tiny_pod_config
 
     config = tiny_pod_config.get_config()
@@ -368,7 +368,7 @@ def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
     config.run_dir = str(tmp_path / "run")
     config.eval.after_rl = False
     config.mesh.update(sampler_devices=2, sampler_tensor_parallel=1, hub_host="127.0.0.1")
-    state = tpu_pod.run(config)
+    state = pod_job.run(config)
     assert int(state.step) == STEPS
     check_lockstep_records(tmp_path / "run")
     hub = json.loads((tmp_path / "run" / "rollout_hub.json").read_text())
@@ -386,8 +386,7 @@ def test_bucket_run_dirs_reach_orbax_untouched(monkeypatch):
     from etils import epath
 
     from agentrl_jax import checkpoint
-    from agentrl_jax.experiment import rl_stage
-    from launch import tpu_pod
+    from agentrl_jax.experiment import pod_job, rl_stage
 
     url = "gs://bucket/agentrl/run"
     assert rl_stage.checkpoint_dir(url) == url + "/checkpoints"
@@ -405,4 +404,4 @@ def test_bucket_run_dirs_reach_orbax_untouched(monkeypatch):
     assert str(epath.Path(seen[0]) / "1") == url + "/checkpoints/1"  # as Orbax joins steps
     # Metrics and results of a bucket run are written locally (then copied to run_dir/logs).
     config = ml_collections.ConfigDict(dict(run_dir=url + "/", log_dir=""))
-    assert tpu_pod.log_dir_of(config) == pathlib.Path("runs/run")
+    assert pod_job.log_dir_of(config) == pathlib.Path("runs/run")

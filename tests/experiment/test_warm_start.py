@@ -1,4 +1,4 @@
-"""`launch.local.warm_start` in process on a tiny scratch model: with `sft.copy.sequences` set,
+"""`experiment.warm_start` in process on a tiny scratch model: with `sft.copy.sequences` set,
 the copy stage trains first (its own steps, logged as `sft_copy`), then the demonstrations."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import math
 
+from agentrl_jax.experiment import warm_start
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.parallel.mesh import single_device_mesh
 from configs import local_default
-from launch import local
 from tests.support.demos import DEMO
 
 
@@ -21,7 +21,7 @@ def test_the_copy_stage_runs_before_the_demonstrations_when_enabled(tmp_path):
     config.sft.copy.update(sequences=6, length=64, tokens_per_step=128)
     metrics = MetricsLog(tmp_path, tensorboard=False)
 
-    policy_dir = local.warm_start(config, [demos], single_device_mesh(), metrics)
+    policy_dir = warm_start.warm_start(config, [demos], single_device_mesh(), metrics)
 
     assert (policy_dir / "config.json").exists()
     records = [json.loads(x) for x in metrics.path.read_text().splitlines()]
@@ -34,12 +34,12 @@ def test_the_copy_stage_runs_before_the_demonstrations_when_enabled(tmp_path):
 def test_an_unset_sft_setting_keeps_the_cache_key_and_a_set_one_changes_it(tmp_path):
     demos = [tmp_path / "demos.jsonl"]
     config = local_default.get_config()
-    key = local._sft_key(config, demos)
+    key = warm_start.sft_key(config, demos)
     without = local_default.get_config()
     del without.sft["compute_dtype"]   # the config as it was before the setting existed
-    assert local._sft_key(without, demos) == key
+    assert warm_start.sft_key(without, demos) == key
     config.sft.compute_dtype = "bfloat16"
-    assert local._sft_key(config, demos) != key
+    assert warm_start.sft_key(config, demos) != key
 
 
 def test_an_auto_compute_dtype_keys_the_cache_by_what_it_resolves_to(tmp_path, monkeypatch):
@@ -52,4 +52,4 @@ def test_an_auto_compute_dtype_keys_the_cache_by_what_it_resolves_to(tmp_path, m
         monkeypatch.setattr(precision, "resolve", lambda dtype, r=resolved: r if dtype else dtype)
         explicit = local_default.get_config()
         explicit.sft.compute_dtype = resolved
-        assert local._sft_key(config, demos) == local._sft_key(explicit, demos)
+        assert warm_start.sft_key(config, demos) == warm_start.sft_key(explicit, demos)

@@ -1,0 +1,276 @@
+"""The main job as a graph of stages, each resumed from its marker in `RUN_DIR/stages.json`.
+
+  demos         each task's oracle played on `demos.per_task` train indices spread over the
+                split (cached), and each task's data built for both splits (sandboxed workers
+                only read it)
+  (environments a controller and, per task, a train- and a test-split worker, or
+                `env.controller_url`; started on every run, before any model is loaded)
+  sft           the policy warm-started on the demonstrations (`experiment/warm_start.py`;
+                RUN_DIR/sft_model links to it)
+  eval_before   the test subset before RL (`eval.before_rl`; with `eval.validate`, the
+                validation slice too: `validation_before`)
+  rl            asynchronous multi-task RL on the train split less the validation slice
+                (`experiment/rl_stage.py`; checkpoints in RUN_DIR/checkpoints, from which a
+                killed run resumes); the final policy in RUN_DIR/final_model
+  eval_after    the same subset after RL (`validation_after`)
+  report        RUN_DIR/results.md and success.png (`experiment/run_report.py`)
+
+A stage runs only if it is not marked done; each is marked only when its outputs are complete,
+so the same command after a crash, even `kill -9`, skips what finished. The config is resolved
+and frozen once (`experiment/run_config.py`); every stage reads that one object, which is also
+what `RUN_DIR/config.json` holds.
+
+The job does not know how environments are started: the launcher hands it `Environments`
+(`environments/fleet.py` on one machine), so this package never imports the environments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import pathlib
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import ml_collections
+from tqdm import tqdm
+
+from agentrl_jax import hostmem, stage_clock
+from agentrl_jax.controller.client import ControllerClient
+from agentrl_jax.controller.task_keys import task_key
+from agentrl_jax.dataclass_config import mutable_copy
+from agentrl_jax.evaluation import protocol
+from agentrl_jax.experiment import demonstrations, evaluation_stage, report, rl_stage, run_config
+from agentrl_jax.experiment import policy as policy_lib
+from agentrl_jax.experiment.evaluation_stage import CopyProbeRecord, probe_copying
+from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.experiment.run_dir import RunDir
+from agentrl_jax.experiment.run_report import write_report
+from agentrl_jax.experiment.warm_start import warm_start
+from agentrl_jax.parallel.mesh import single_device_mesh
+
+GAME_STAGE_DIR = "tictactoe"
+
+
+@dataclasses.dataclass(frozen=True)
+class Environments:
+    """How the job reaches its tasks.
+
+    Attributes:
+      prepare: (tasks, splits, log_dir) builds each task's data for those splits, outside any
+        sandbox (a sandboxed worker only reads it).
+      serve: (env config, log_dir) -> a context manager whose value is the controller's URL:
+        `env.controller_url`, or a fleet it starts and stops.
+    """
+
+    prepare: Callable[[Sequence[str], Sequence[str], pathlib.Path], None]
+    serve: Callable[[Any, pathlib.Path], contextlib.AbstractContextManager[str]]
+
+
+def _always(config: ml_collections.ConfigDict) -> bool:
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One node of the graph: `run(job)` does the work and returns what its marker records.
+
+    A stage runs when `enabled(config)` and it is not marked done; an unmarked stage (one that
+    acquires something the later stages use, such as the environments) runs every time."""
+
+    name: str
+    run: Callable[[Job], Awaitable[dict[str, Any]]]
+    enabled: Callable[[ml_collections.ConfigDict], bool] = _always
+    marked: bool = True
+
+
+class Job:
+    """One run of the graph over one run directory (`run()`; resumable)."""
+
+    def __init__(self, config: ml_collections.ConfigDict, environments: Environments):
+        self.config = run_config.resolve(config)
+        self.environments = environments
+        self.run_dir = RunDir(self.config.run_dir)
+        self.run_dir.check_config(self.config)
+        self.metrics = MetricsLog(self.run_dir.path)
+        self._stack = contextlib.AsyncExitStack()
+        self._url: str | None = None
+        self._policy: policy_lib.Policy | None = None
+        self._engine: Any = None
+        self._client: ControllerClient | None = None
+
+    # ------------------------------------------------------------------------- the graph
+
+    async def _run(self) -> None:
+        async with self._stack:
+            self._stack.callback(self.metrics.close)
+            for stage in STAGES:
+                if not stage.enabled(self.config):
+                    continue
+                if not stage.marked:
+                    await stage.run(self)
+                elif not self.run_dir.done(stage.name):
+                    self.run_dir.mark(stage.name, **await stage.run(self))
+
+    def run(self) -> pathlib.Path:
+        """Runs (or resumes) every stage, then the report; returns the run directory."""
+        started = time.monotonic()
+        asyncio.run(self._run())
+        table = write_report(self.config, self.run_dir, self.metrics)
+        self.run_dir.mark("report", total_seconds=round(time.monotonic() - started, 1))
+        print("\n" + table + "\n" + report.stage_times(self.run_dir.stages())
+              + f"\nrun directory: {self.run_dir.path}")
+        return self.run_dir.path
+
+    # ------------------------------------------------------------------------- resources
+
+    def demo_files(self) -> list[str]:
+        return list(self.run_dir.record("demos")["files"])
+
+    async def policy_and_engine(self) -> tuple[policy_lib.Policy, Any, ControllerClient]:
+        """The policy the next stage acts with (the final one once RL is done, else the warm
+        start's), the sampler serving it and the controller's client, made once."""
+        if self._policy is None:
+            # The sampler's many shapes only grow a kept heap (agentrl_jax/hostmem.py).
+            hostmem.release_freed_memory()
+            directory = (self.run_dir.path / "final_model" if self.run_dir.done("rl")
+                         else pathlib.Path(self.run_dir.record("sft")["policy_dir"]))
+            self._policy = policy_lib.load_policy(directory, self.config.model.parser)
+            probes = CopyProbeRecord(self.run_dir.path / "copy_probe.json")
+            if not self.run_dir.done("rl") and "warm_start" not in probes.entries():
+                probes.add("warm_start", probe_copying(self._policy.model,
+                                                       self._policy.tokenizer))
+            self._engine = self._stack.enter_context(
+                rl_stage.make_engine(self.config.rl, self._policy))
+            assert self._url is not None, "the environments start before any policy stage"
+            self._client = await self._stack.enter_async_context(ControllerClient(self._url))
+        assert self._client is not None
+        return self._policy, self._engine, self._client
+
+    async def evaluate(self, name: str, subset: str) -> None:
+        policy, engine, client = await self.policy_and_engine()
+        await evaluation_stage.evaluate(self.config, policy, engine, client, name,
+                                        self.run_dir.path, subset=subset,
+                                        demo_files=self.demo_files())
+
+    # ------------------------------------------------------------------------- stages
+
+    async def demos(self) -> dict[str, Any]:
+        config, logs = self.config, self.run_dir.path / "logs"
+        paths = [demonstrations.oracle_demos(task, config.demos.split, config.demos.per_task,
+                                             log_dir=logs)
+                 for task in tqdm(config.env.tasks, desc="demonstrations", unit="task")]
+        with stage_clock.span("env_wait"):
+            self.environments.prepare(config.env.tasks,
+                                      (config.env.train_split, config.env.test_split), logs)
+        return {"files": [str(p) for p in paths]}
+
+    async def serve_environments(self) -> dict[str, Any]:
+        with stage_clock.span("env_wait"):
+            self._url = self._stack.enter_context(self.environments.serve(
+                self.config.env, self.run_dir.path / "logs"))
+        return {}
+
+    async def sft(self) -> dict[str, Any]:
+        paths = [pathlib.Path(p) for p in self.demo_files()]
+        policy_dir = warm_start(self.config, paths, single_device_mesh(), self.metrics)
+        link = self.run_dir.path / "sft_model"   # the run directory shows everything it used
+        link.unlink(missing_ok=True)
+        link.symlink_to(policy_dir, target_is_directory=True)
+        return {"policy_dir": str(policy_dir)}
+
+    async def eval_before(self) -> dict[str, Any]:
+        if self.config.eval.get("validate"):
+            await self.evaluate("validation_before", "validation")
+        await self.evaluate("eval_before", "test")
+        return {}
+
+    async def rl(self) -> dict[str, Any]:
+        config = self.config
+        policy, engine, client = await self.policy_and_engine()
+        probes = CopyProbeRecord(self.run_dir.path / "copy_probe.json")
+
+        def probe(step: int, model: Any) -> dict[str, float]:
+            figures = probe_copying(model, policy.tokenizer)
+            probes.add(f"rl_step_{step}", figures)
+            return figures
+
+        tasks = {}
+        for task in rl_stage.trained_tasks(config.rl, config.env.tasks):
+            name = task_key(task, config.env.train_split)
+            tasks[name] = protocol.rl_indices(await client.get_indices(name),
+                                              config.demos.per_task,
+                                              config.eval.validation_per_task)
+        bar = tqdm(total=config.rl.pipeline.steps, desc="RL", unit="step")
+        last = {"reward": 0.0, "success": 0.0}
+
+        def on_step(r: Any) -> None:
+            bar.n = r.step
+            last.update(reward=r.metrics.get("reward_mean", 0.0),
+                        success=r.metrics.get("success", 0.0))
+            bar.refresh()
+
+        def on_progress(p: Any) -> None:   # a step takes minutes on a CPU
+            bar.set_postfix_str(
+                f"step {p.step}: {p.phase}, {p.episodes} episodes, {p.kept}/{p.drawn} groups "
+                f"kept; last step reward {last['reward']:.2f} success {last['success']:.2f}")
+
+        assert self._url is not None
+        result = await rl_stage.run_rl(
+            config.rl, policy=policy, engine=engine, trainer_mesh=single_device_mesh(),
+            client=client, task_indices=tasks, run_dir=self.run_dir.path,
+            metrics=self.metrics, on_step=on_step, on_progress=on_progress, probe=probe,
+            rollouts=rollout_source(config, engine, self._url))
+        bar.close()
+        final_dir = self.run_dir.path / "final_model"
+        shutil.rmtree(final_dir, ignore_errors=True)
+        policy_lib.save_policy(policy, final_dir)
+        return {"steps": config.rl.pipeline.steps, "resumed_from": result.resumed_from}
+
+    async def eval_after(self) -> dict[str, Any]:
+        if self.config.eval.get("validate"):
+            await self.evaluate("validation_after", "validation")
+        await self.evaluate("eval_after", "test")
+        return {}
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("demos", Job.demos),
+    Stage("environments", Job.serve_environments, marked=False),
+    Stage("sft", Job.sft),
+    Stage("eval_before", Job.eval_before, lambda config: bool(config.eval.before_rl)),
+    Stage("rl", Job.rl),
+    Stage("eval_after", Job.eval_after),
+)
+
+
+def rollout_source(config: ml_collections.ConfigDict, engine: Any, url: str) -> Any:
+    """Who plays the RL episodes (`config.rollouts`): None for the pipeline's own agent loop;
+    for "openai_agent", the agent program of `config.openai_agent` over the OpenAI server on
+    `engine`, in this process, with the controller at `url` (serving/agent_rollouts.py)."""
+    rollouts = config.get("rollouts", "agent_loop")
+    if rollouts == "agent_loop":
+        return None
+    if rollouts == "openai_agent":
+        from agentrl_jax.serving import agent_rollouts
+
+        return agent_rollouts.source(config.openai_agent, engine=engine, controller_url=url,
+                                     max_context=config.rl.engine.max_context)
+    raise ValueError(f"rollouts must be 'agent_loop' or 'openai_agent', not {rollouts!r}")
+
+
+def run_job(config: ml_collections.ConfigDict, environments: Environments) -> pathlib.Path:
+    """Runs (or resumes) the job of `config`; returns its run directory."""
+    return Job(config, environments).run()
+
+
+def game_stage_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The main job's tic-tac-toe stage (`config.game`): a job of its own under
+    RUN_DIR/tictactoe, with the main job's warm-start cache."""
+    game = mutable_copy(config.game)
+    game.run_dir = str(pathlib.Path(config.run_dir) / GAME_STAGE_DIR)
+    game.sft.cache_dir = config.sft.cache_dir
+    return game

@@ -1,0 +1,38 @@
+"""The run's config, resolved once and then frozen.
+
+`resolve(config)` checks what can be checked before anything starts and computes the values
+derived from others, in one place:
+
+  rl.trainer.temperature   the sampler's (`rl.sampling.temperature`; greedy records at 1): the
+                           trainer's log-probs must be the behaviour policy's
+                           (`pipeline.trainer_driver.trainer_config`)
+  eval.sampling            the sampling settings evaluation plays at: RL's, with
+                           `eval.temperature` where the config sets one
+
+and returns an `ml_collections.FrozenConfigDict`: no stage can change a setting another stage
+reads. The run writes exactly this config to `RUN_DIR/config.json`.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from agentrl_jax.dataclass_config import mutable_copy
+from agentrl_jax.pipeline.trainer_driver import trainer_config
+
+
+def resolve(config: ml_collections.ConfigDict) -> ml_collections.FrozenConfigDict:
+    """The checked config with its derived values, frozen. Raises ValueError on a setting
+    that contradicts another (a trainer temperature apart from the sampler's)."""
+    if isinstance(config, ml_collections.FrozenConfigDict):
+        return config
+    resolved = mutable_copy(config)
+    with resolved.unlocked():
+        if "rl" in resolved:
+            resolved.rl.trainer = trainer_config(resolved.rl)
+        if "eval" in resolved and "rl" in resolved:
+            sampling = resolved.rl.sampling.to_dict()
+            if resolved.eval.get("temperature") is not None:
+                sampling["temperature"] = float(resolved.eval.temperature)
+            resolved.eval.sampling = sampling
+    return ml_collections.FrozenConfigDict(resolved)

@@ -1,0 +1,69 @@
+"""A run's directory and its record of finished stages (`stages.json`).
+
+Each stage is marked done, with its seconds and what later stages need from it (the warm
+start's policy directory, the demonstrations' files), only once its outputs are complete, and
+the record is replaced atomically: rerunning the same command after a crash, even `kill -9`,
+skips the finished stages. The run's resolved config is written beside it (`config.json`); a
+directory made with another config is refused rather than resumed with mixed settings.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+from typing import Any
+
+import ml_collections
+
+from agentrl_jax import stage_clock
+
+
+class RunDir:
+    """The run's directory and its record of finished stages."""
+
+    def __init__(self, path: str | pathlib.Path):
+        self.path = pathlib.Path(path).resolve()
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "logs").mkdir(exist_ok=True)
+        self._stages_file = self.path / "stages.json"
+        self._last_mark = time.monotonic()
+
+    def stages(self) -> dict[str, Any]:
+        """{stage: {"finished", "seconds", ...what it recorded}} of the finished stages."""
+        if not self._stages_file.exists():
+            return {}
+        return json.loads(self._stages_file.read_text())
+
+    def done(self, stage: str) -> bool:
+        return stage in self.stages()
+
+    def record(self, stage: str) -> dict[str, Any]:
+        """What finished `stage` recorded (KeyError if it has not finished)."""
+        return self.stages()[stage]
+
+    def mark(self, stage: str, **info: Any) -> None:
+        """Records `stage` as done, with its seconds: the time since the previous stage (or
+        this process) started."""
+        now = time.monotonic()
+        stages = self.stages()
+        stages[stage] = {"finished": time.time(), "seconds": round(now - self._last_mark, 1),
+                         **info}
+        self._last_mark = now
+        stage_clock.mark(stage)
+        tmp = self._stages_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stages, indent=1) + "\n")
+        tmp.replace(self._stages_file)   # atomic: a kill never leaves a torn file
+
+    def check_config(self, config: ml_collections.ConfigDict) -> None:
+        """Writes config.json; refuses to resume a run directory made with another config."""
+        path = self.path / "config.json"
+        text = config.to_json(indent=1, sort_keys=True)
+        if path.exists() and self.stages() and path.read_text() != text:
+            raise SystemExit(f"{self.path} holds a run with a different config; pass another "
+                             "--config.run_dir or delete it")
+        path.write_text(text)
+
+    def read_config(self) -> ml_collections.ConfigDict:
+        """The config the run was started with (`config.json`)."""
+        return ml_collections.ConfigDict(json.loads((self.path / "config.json").read_text()))
