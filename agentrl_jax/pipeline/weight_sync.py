@@ -26,17 +26,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from agentrl_jax.pipeline.rollout_hub import RolloutHub
-from agentrl_jax.rl.train_step import Trainer, TrainState
-
-if TYPE_CHECKING:  # trainer_driver imports this module
-    from agentrl_jax.pipeline.trainer_driver import TrainerDriver
+from agentrl_jax.rl.train_step import TrainState
 from agentrl_jax.rollout.cross_policy import STALE_POLICY, TRAINED_POLICY
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
 from agentrl_jax.sampling.weights import Weights, weights_of
@@ -91,7 +88,17 @@ async def deliver(receive: Receiver, policy: str, update: WeightUpdate,
         f"confirmed after {attempts} attempts; the sampler serves {served}")
 
 
-def snapshot(trainer: Trainer | TrainerDriver, state: TrainState):
+class WeightsSource(Protocol):
+    """What a weight sync reads of the trainer (a `Trainer`, or a `TrainerDriver` over one):
+    its LoRA settings (None without adapters) and the model its parameters make."""
+
+    @property
+    def lora(self) -> Any: ...
+
+    def model(self, params: Any) -> Any: ...
+
+
+def snapshot(trainer: WeightsSource, state: TrainState):
     """A copy of what the sampler needs, independent of donated buffers: the sampler-layout
     weights, or with LoRA the adapter tree alone."""
     if trainer.lora is not None:
@@ -144,7 +151,7 @@ def weights_nbytes(weights: Any) -> int:
 
 async def sync_weights(
     engine: AsyncSamplingEngine | None,
-    trainer: Trainer | TrainerDriver,
+    trainer: WeightsSource,
     state: TrainState,
     version: int,
     *,
