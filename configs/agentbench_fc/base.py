@@ -1,26 +1,28 @@
 """The AgentRL paper's settings on AgentBench-FC, shared by every model file beside this one.
 
-    python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_14b.py \
-        --config.model.path=/models/Qwen2.5-14B-Instruct \
+    python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_14b.py \\
+        --config.model.path=/models/Qwen2.5-14B-Instruct \\
         --config.env.controller_url=http://HOST:5020/api --config.run_dir=gs://BUCKET/run
 
-What follows the paper and AgentRL's released configs (`../shared/design/agentrl-reference.md`
-§1.4, §3, §4): five tasks trained together; 256 prompts per step × 8 samples (every complete
-group is taken, AgentRL drains its buffer each step); 2048 episodes in flight; temperature 0.8
-in sampling and in the trainer's log-probs; lr 1e-6 constant, no weight decay, gradient clip 1;
-PPO-clip 0.2 with dual-clip 3; k3 KL to the frozen initial policy, 1e-4; entropy 0; up to 20
-turns, 8192 tokens per episode, 1024 new tokens per turn; −0.2 for any episode that does not
-complete; GRPO with task advantage normalisation; cross-policy sampling with a stale snapshot
-taking 25% of turns, refreshed every 25 steps; 16,384 tokens per micro-batch; 1000 steps with a
-checkpoint (AgentRL: validation) every 25. Evaluation: the test splits, 4 runs (the paper's
-mean ± std over 4), after RL. Qwen models start RL straight from the Instruct checkpoint.
+The training and evaluation settings are the paper's and AgentRL's released configs' (listed
+in docs/tpu_pod.md, "4. Configs"): five tasks trained together; 256 prompts per step × 8
+samples (every complete group is taken, as AgentRL drains its buffer each step); 2048 episodes
+in flight; temperature 0.8 in sampling and in the trainer's log-probs; lr 1e-6 constant, no
+weight decay, gradient clip 1; PPO-clip 0.2 with dual-clip 3; k3 KL to the frozen initial
+policy, 1e-4; entropy 0; up to 20 turns, 8192 tokens per episode, 1024 new tokens per turn;
+−0.2 for any episode that does not complete; GRPO with task advantage normalisation;
+cross-policy sampling with a stale snapshot taking 25% of turns, refreshed every 25 steps;
+16,384 tokens per micro-batch; 1000 steps with a checkpoint (AgentRL: validation) every 25.
+Evaluation: the test splits, 4 runs (the paper's mean ± std over 4), after RL. Qwen models
+start RL straight from the Instruct checkpoint. The devices and the engine's shapes are ours,
+for TPU v5p; which slice each model file fits: docs/tpu_pod.md, "What fits where".
 
 Task names: the tasks default to the suite `environments.registry.AGENTBENCH_FC`, and the
 controller is asked for `TASK-SPLIT` (`agentrl_jax.controller.task_keys.task_key`). Our fleet
 (`launch.env_fleet`) serves `db-train`, `db-test`, ...: the defaults. An AgentRL/AgentBench
 fleet names them e.g. `dbbench-env_train` / `dbbench-std`:
 
-    --config.env.tasks="('alfworld','dbbench','kg','os','webshop')" \
+    --config.env.tasks="('alfworld','dbbench','kg','os','webshop')" \\
     --config.env.train_split=env_train --config.env.test_split=std
 
 Devices (`mesh`, `pipeline.pod_layout`): process 0's first `sampler_devices` local devices run
@@ -31,9 +33,7 @@ workers claiming groups from process 0's rollout hub), one replica per process o
 `sampler_tensor_parallel`, replicas of that many devices each; every other device of the slice
 trains (`mesh.trainer`: data × fsdp × tensor, one size -1 = the rest). The model files set sizes
 for hosts of 4 chips with ~95 GB each (TPU v5p); the sampler keeps its weights and KV pool in
-bf16 and computes in it (`rl.engine.compute_dtype`): each version is cast to bf16 before it is
-gathered or copied to the sampler's chips, so its weight copies take half the HBM of the
-trainer's fp32 ones.
+bf16 and computes in it (`rl.engine.compute_dtype`), half the HBM of the trainer's fp32 copies.
 """
 
 from __future__ import annotations
@@ -102,12 +102,12 @@ def get_config(name: str, parser: str, architecture: str = "") -> ml_collections
 
     c.rl.advantages.update(incomplete_penalty=-0.2, task_adv_norm=True)
 
-    # On an accelerator a prefill call's positions are cheap next to the call (unmeasured; on
-    # the CPU a call is worth ~32 positions): cut a prompt into bucket chunks only where that
-    # saves more than a call of 1,024 positions, else pad up (EngineConfig.prefill_call_tokens).
-    # A prefill call computes at most 8,192 positions: 4 rows of 8,192 new tokens over an
-    # 8,192 context need ~96 GiB of attention temporaries for Qwen2.5-3B (libtpu's v5p
-    # compiler refuses it); long chunks go one row a call.
+    # The engine's shapes, in tokens (`num_pages` KV pages of `page_size` tokens).
+    # Prefill: a prompt is cut into bucket chunks only where that saves more than a call's
+    # cost, taken as 1,024 positions on an accelerator (`prefill_call_tokens`, not measured
+    # there; docs/performance.md, "Prefill"), else padded up; a call computes at most 8,192
+    # positions, since four rows of 8,192 over an 8,192 context did not compile on v5p
+    # (docs/tpu_pod.md): long chunks go one row a call.
     c.rl.engine.update(max_batch=64, page_size=16, num_pages=16384, max_context=8192,
                        prefill_buckets=(256, 1024, 4096, 8192), prefill_call_tokens=1024,
                        max_prefill_tokens=8192,

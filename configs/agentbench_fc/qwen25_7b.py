@@ -1,6 +1,10 @@
 """Qwen2.5-7B-Instruct on AgentBench-FC (paper Table 3: AgentRL 62.0 average).
 
+    python -m launch.tpu_pod --config=configs/agentbench_fc/qwen25_7b.py \\
+        --config.model.path=/models/Qwen2.5-7B-Instruct --config.env.controller_url=URL
+
 28 layers, hidden 3584, 28 heads, 4 KV heads, ~7.6B parameters: the sampler on 2 chips.
+Which TPU slice it fits: docs/tpu_pod.md, "What fits where". No modes.
 """
 
 from __future__ import annotations
@@ -15,5 +19,4 @@ def get_config() -> ml_collections.ConfigDict:
                         architecture="Qwen/Qwen2.5-7B-Instruct")
     # A two-chip sampler replica on every host; the trainer FSDP over the other two of each.
     c.mesh.update(sampler_devices=2, sampler_devices_per_host=2)
-    c.rl.engine.update(max_batch=64, num_pages=16384)
     return c
