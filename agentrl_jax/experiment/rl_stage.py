@@ -16,7 +16,6 @@ same `open_training`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -34,6 +33,7 @@ from agentrl_jax.models import lora
 from agentrl_jax.models.decoder import Decoder
 from agentrl_jax.pipeline import curriculum, runner
 from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
+from agentrl_jax.pipeline.rollout_source import RolloutSource
 from agentrl_jax.pipeline.sampling_worker import adapter_spec
 from agentrl_jax.pipeline.trainer_driver import (
     MultiHostDriver,
@@ -51,6 +51,8 @@ from agentrl_jax.sampling.adapter_engine import AdapterSamplingEngine
 log = logging.getLogger(__name__)
 
 DriverFactory = Callable[[Training], TrainerDriver]
+# (the agent side of episodes, the pipeline's config) -> the source that plays every group.
+SourceFactory = Callable[[AgentSpec, ml_collections.ConfigDict], RolloutSource]
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -91,11 +93,13 @@ def trained_tasks(config: ml_collections.ConfigDict, served: Sequence[str]) -> l
     return [t for t in served if not chosen or t in chosen]
 
 
-def agent_spec(config: ml_collections.ConfigDict, policy: Policy,
-               stale_ratio: float = 0.0) -> AgentSpec:
-    """The agent side of episodes: sampling settings, limits, policy mix, chat format."""
+def agent_spec(config: ml_collections.ConfigDict, policy: Policy, stale_ratio: float = 0.0,
+               sampling: ml_collections.ConfigDict | None = None) -> AgentSpec:
+    """The agent side of episodes: sampling settings (`sampling`, default `config.sampling`),
+    limits, policy mix, chat format."""
     limits = dataclass_from(config.limits, EpisodeLimits)
-    sampling = SamplingParams(max_new_tokens=limits.max_new_tokens, **config.sampling.to_dict())
+    sampling = SamplingParams(max_new_tokens=limits.max_new_tokens,
+                              **(config.sampling if sampling is None else sampling).to_dict())
     return AgentSpec(tokenizer=policy.tokenizer, sampling=sampling, limits=limits,
                      policy_mix=PolicyMix.current_and_stale(stale_ratio), parser=policy.parser,
                      end_of_turn_ids=policy.end_of_turn_ids)
@@ -158,8 +162,7 @@ async def run_rl(
     remote: HubSettings | None = None,
     start_hub: Callable[[RolloutHub], Awaitable[None]] | None = None,
     probe: Callable[[int, Decoder], Mapping[str, float]] | None = None,
-    rollouts: Callable[[runner.RLPipeline], contextlib.AbstractAsyncContextManager[Any]]
-    | None = None,
+    rollouts: SourceFactory | None = None,
 ) -> RLResult:
     """Trains `policy` to `config.pipeline.steps`, resuming from `run_dir/checkpoints`.
 
@@ -170,6 +173,9 @@ async def run_rl(
     `start_hub(hub)` starts (and tells them of) before the first step; it is stopped at the end
     and handed out in the result. `probe(step, model)`: figures of the policy measured at every
     checkpoint (the copy probe, `evaluation/copy_probe.py`), logged under "rl_probe".
+    `rollouts(agent, pipeline config)`: a rollout source beside the pipeline's own agent-loop
+    workers (`pipeline.rollout_workers`, which may be 0), e.g. `serving.agent_rollouts.source`;
+    the pipeline's engine is synced each version, for whatever samples on it.
     """
     check_context_fits_training(config)
     pcfg = config.pipeline
@@ -203,26 +209,26 @@ async def run_rl(
             # load it from the spec's model source (the directory its tokenizer comes from).
             remote = dataclasses.replace(remote, spec={**remote.spec, "adapters": adapter_spec(
                 training.trainer, remote.spec["tokenizer"])})
+        agent = agent_spec(config, policy, pcfg.stale_policy_ratio)
+        hub = None if remote is None else RolloutHub.of(remote, pcfg.group_size)
+        sources = [] if rollouts is None else [rollouts(agent, pcfg)]
         pipeline = runner.RLPipeline(
-            pcfg, client=client, engine=engine, trainer=driver,
-            agent=agent_spec(config, policy, pcfg.stale_policy_ratio), stream=stream,
+            pcfg, client=client, engine=engine, trainer=driver, agent=agent, stream=stream,
             adv_config=config.advantages, on_step=checkpoint_and_log, on_progress=on_progress,
-            bookkeeping=book,
-            remote=remote, weights_fn=driver.weights, external_groups=rollouts is not None)
-        if pipeline.hub is not None and start_hub is not None:
-            await start_hub(pipeline.hub)
+            bookkeeping=book, sources=sources, hub=hub, weights_fn=driver.weights)
         try:
-            async with (contextlib.nullcontext() if rollouts is None else rollouts(pipeline)):
-                state = await pipeline.run(training.state, start_step=start or 0)
+            if hub is not None and start_hub is not None:
+                await start_hub(hub)
+            state = await pipeline.run(training.state, start_step=start or 0)
         finally:
-            if pipeline.hub is not None:
-                await pipeline.hub.stop()
+            if hub is not None:
+                await hub.stop()
         params = driver.finish(state)
     # The trained weights back into the policy's model, for evaluation and export.
     from flax import nnx
 
     nnx.update(policy.model, nnx.state(lora.merged(driver.model(params))))
-    return RLResult(state, driver, start, pipeline.hub)
+    return RLResult(state, driver, start, hub)
 
 
 def follow_rl(

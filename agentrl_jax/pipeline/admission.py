@@ -51,7 +51,7 @@ class StalenessGate:
 
     def count_started(self) -> int:
         """Counts a group that was started elsewhere and is already played (a served group,
-        `RLPipeline.add_external_group`): it takes a number without waiting, so it shares the
+        `RLPipeline.add_group`): it takes a number without waiting, so it shares the
         bound with the groups admitted here, and a discarded one is `release`d like them."""
         return self._take_number()
 

@@ -11,9 +11,11 @@ what it downloaded (`pipeline.sampling_worker`); the hub keeps them (`served`) a
 from a worker that reports serving a version under another checksum than the one published.
 With LoRA (`spec["adapters"]`) the published weights are the adapters alone.
 
-The hub is handed its two sources when it is built: `claim`, which admits and opens a group
-(or declines, when the gate is closed), and `deliver`, which takes a finished rollout. The
-pipeline that owns the gate and the buffer builds its hub from `HubSettings`.
+The hub is one of the pipeline's rollout sources (`pipeline.rollout_source`): attached to the
+pipeline's feed, a worker's claim admits and opens a group there (or is declined, when the gate
+is closed) and its rollouts go to the pipeline's buffer; detached (before and after a run),
+every claim is declined. Its HTTP server is started and stopped apart (`start`, `stop`), by
+whoever tells the workers where it is.
 
 A worker that stops heartbeating for `lease_timeout_s` is lost: every member of its claimed
 groups that has not arrived is entered as a failed rollout, so those groups are released and
@@ -43,6 +45,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
+from agentrl_jax.pipeline.rollout_source import GroupFeed
 from agentrl_jax.pipeline.wire_format import rollout_from_json, weights_to_bytes
 from agentrl_jax.rollout.record import Rollout
 from agentrl_jax.tree_digest import tree_digest
@@ -75,10 +78,21 @@ class _Lease:
     any_trainable: bool = False
 
 
+async def _declined() -> None:
+    return None
+
+
+def _dropped(rollout: Rollout) -> None:
+    log.info("rollout of group %d arrived after the run; dropped", rollout.group_id)
+
+
 class RolloutHub:
-    def __init__(self, spec: dict[str, Any], group_size: int, *, claim: ClaimFn,
-                 deliver: DeliverFn, lease_timeout_s: float = 30.0,
+    def __init__(self, spec: dict[str, Any], group_size: int, *,
+                 claim: ClaimFn = _declined, deliver: DeliverFn = _dropped,
+                 lease_timeout_s: float = 30.0,
                  failed_groups_to_drop: int = FAILED_GROUPS_TO_DROP):
+        """`claim`, `deliver`: where claims and rollouts go until a feed is attached (default:
+        declined, dropped)."""
         self.spec = spec
         self.failed_groups_to_drop = failed_groups_to_drop
         self._failed_in_a_row: dict[str, int] = {}
@@ -106,6 +120,23 @@ class RolloutHub:
         self.app = self._make_app()
         self._server: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task] = []
+
+    @classmethod
+    def of(cls, settings: HubSettings, group_size: int) -> RolloutHub:
+        return cls(settings.spec, group_size, lease_timeout_s=settings.lease_timeout_s)
+
+    # ---- a rollout source -----------------------------------------------------------------
+
+    async def attach(self, feed: GroupFeed) -> None:
+        """Claims are admitted and opened by `feed`, and rollouts go to it."""
+        if feed.group_size != self.group_size:
+            raise ValueError(f"the hub plays groups of {self.group_size}, the pipeline's are "
+                             f"{feed.group_size}")
+        self._claim, self._deliver_to = feed.try_next_group, feed.deliver
+
+    async def detach(self) -> None:
+        """Claims are declined and late rollouts dropped from now on."""
+        self._claim, self._deliver_to = _declined, _dropped
 
     # ---- trainer side ---------------------------------------------------------------------
 

@@ -1,22 +1,24 @@
-"""The RL pipeline: rollout workers and the trainer, asynchronous or synchronous.
+"""The RL pipeline: rollout sources and the trainer, asynchronous or synchronous.
 
-Asynchronous (AgentRL): `rollout_workers` coroutines keep starting groups — each one (task,
-index) draw played G times — as long as the staleness gate admits them; finished groups go to
-the buffer; the trainer takes every complete group each step (at least `groups_per_step`),
-computes advantages, steps in a worker thread (the event loop, hence the environments and the
-sampler, keep going), then syncs weights to the sampler. Generation never waits for training
-except at the staleness bound, and training never waits for the slowest episode.
+Asynchronous (AgentRL): rollout sources (`pipeline.rollout_source`) keep starting groups —
+each one (task, index) draw played G times — as long as the staleness gate admits them;
+finished groups go to the buffer; the trainer takes every complete group each step (at least
+`groups_per_step`), computes advantages, steps in a worker thread (the event loop, hence the
+environments and the sampler, keep going), then syncs weights to the samplers. Generation never
+waits for training except at the staleness bound, and training never waits for the slowest
+episode.
 
-Sampling workers may also run out of process (`pipeline.sampling_worker`, other hosts): given
-`remote` settings, the pipeline builds a `RolloutHub` (`self.hub`, for the caller to start and
-stop) through which they claim groups from the same gate and post rollouts into the same
-buffer, and each weight version is published to them. `rollout_workers` may then be 0.
+The sources: the pipeline's own agent loop on its engine (`rollout_workers` coroutines), and
+whatever the caller passes (`sources`): a `RolloutHub` of sampling workers in other processes
+or on other hosts (`pipeline.sampling_worker`), which is also published each weight version,
+or the agents of `serving.agent_rollouts`. Each is attached when the loop starts and detached
+when it ends; the pipeline is their `GroupFeed`.
 
 The trainer given may be a `pipeline.trainer_driver.TrainerDriver` (what `experiment.rl_stage`
 passes): on several hosts its steps are made by every process, and `weights_fn` (its `weights`)
 gathers each new version's parameters for the samplers.
 
-Groups played elsewhere enter through `add_external_group`: the OpenAI server's trajectories
+Groups played elsewhere are filed whole (`add_group`): the OpenAI server's trajectories
 (`serving.groups` forms them into groups) are trained exactly as the pipeline's own groups.
 
 Synchronous (the baseline): each step draws `groups_per_step` groups, plays them all to the
@@ -51,11 +53,12 @@ from agentrl_jax.pipeline import curriculum
 from agentrl_jax.pipeline.admission import StalenessGate
 from agentrl_jax.pipeline.batching import has_reward_variance, prepare_batch, rollout_metrics
 from agentrl_jax.pipeline.buffer import TrajectoryBuffer
-from agentrl_jax.pipeline.rollout_hub import HubSettings, RolloutHub
+from agentrl_jax.pipeline.rollout_hub import RolloutHub
+from agentrl_jax.pipeline.rollout_source import AgentLoopSource, Claim, RolloutSource
 from agentrl_jax.pipeline.trainer_driver import TrainerDriver
 from agentrl_jax.pipeline.weight_sync import snapshot, sync_weights, weights_nbytes
 from agentrl_jax.rl.train_step import Trainer, TrainState
-from agentrl_jax.rollout.agent_loop import AgentSpec, play_group
+from agentrl_jax.rollout.agent_loop import AgentSpec
 from agentrl_jax.rollout.cross_policy import STALE_POLICY
 from agentrl_jax.rollout.record import Rollout
 from agentrl_jax.sampling.async_engine import AsyncSamplingEngine
@@ -148,19 +151,20 @@ class RLPipeline:
         on_step: StepCallback | None = None,
         on_progress: ProgressCallback | None = None,
         bookkeeping: dict[str, Any] | None = None,
-        remote: HubSettings | None = None,
+        sources: Sequence[RolloutSource] = (),
+        hub: RolloutHub | None = None,
         weights_fn: Callable[[TrainState, int], Any] | None = None,
-        external_groups: bool = False,
     ):
-        """`on_progress`: called with a `StepProgress` as episodes finish and the step moves
+        """`engine`: the in-process sampler (None: every group comes from `sources`), on which
+        `config.rollout_workers` agent-loop workers play. `sources`: further rollout sources,
+        attached while the async loop runs. `hub`: the rollout hub of out-of-process
+        samplers, a source too, which is also published each weight version (its HTTP server
+        is the caller's to start and stop).
+        `on_progress`: called with a `StepProgress` as episodes finish and the step moves
         from rollouts to training and syncing (from the event loop; keep it quick).
-        `remote`: serve out-of-process sampling workers through a hub built here
-        (`self.hub`); the caller starts it before `run` and stops it after.
         `weights_fn(state, version)`: the sampler-layout weights of a state, to be served as
         weight `version` (run in a worker thread);
-        default a device copy (`weight_sync.snapshot`).
-        `external_groups`: groups also come from `add_external_group` (served trajectories),
-        so the async loop may run with no rollout workers and no hub."""
+        default a device copy (`weight_sync.snapshot`)."""
         self.config = config
         self.client, self.engine, self.trainer = client, engine, trainer
         self.agent, self.stream, self.adv_config = agent, stream, adv_config
@@ -168,7 +172,6 @@ class RLPipeline:
         self.on_progress = on_progress
         self._progress = StepProgress(step=0)
         self.weights_fn = weights_fn
-        self.external_groups = external_groups
         book = bookkeeping or {}
         # Group ids and counters continue across a resume, so no two groups ever share an id.
         self._next_group_id = int(book.get("next_group_id", 0))
@@ -177,36 +180,49 @@ class RLPipeline:
         self.buffer = TrajectoryBuffer(config.group_size, config.max_staleness,
                                        policy_mix=agent.policy_mix)
         self._gate: StalenessGate | None = None   # the async loop's, while it runs
-        self.hub = None if remote is None else RolloutHub(
-            remote.spec, config.group_size, claim=self._claim_group, deliver=self._deliver,
-            lease_timeout_s=remote.lease_timeout_s)
+        self._failure: asyncio.Future | None = None   # a source's `fail`, while it runs
+        self.agent_loop = None if engine is None else AgentLoopSource(
+            client, engine, agent, config.rollout_workers, self._rng)
+        self.hub = hub
+        own = [self.agent_loop] if self.agent_loop is not None and config.rollout_workers else []
+        self.sources: list[RolloutSource] = [*own, *([hub] if hub else []), *sources]
+        if config.mode == "sync" and (hub is not None or sources):
+            raise ValueError("sync mode plays its groups in process: rollout sources and a hub "
+                             "need the async pipeline")
         self._sampler_totals: dict[str, float] = {}
 
-    # ---- rollouts -------------------------------------------------------------------------
+    # ---- rollouts: the pipeline as its sources' `GroupFeed` --------------------------------
 
-    def _open_group(self) -> tuple[int, str, Any]:
+    @property
+    def group_size(self) -> int:
+        return int(self.config.group_size)
+
+    def draw(self) -> tuple[str, Any]:
+        return next(self.stream)
+
+    def _open_group(self) -> Claim:
         """Draws the next (task, index) and opens its group in the buffer."""
-        task, index = next(self.stream)
+        task, index = self.draw()
         group_id = self._next_group_id
         self._next_group_id += 1
         self.buffer.open_group(group_id, task)
         return group_id, task, index
 
-    async def _claim_group(self) -> tuple[int, str, Any] | None:
-        """A group for a remote sampling worker, if the async loop's staleness gate admits one
-        now (none outside it: in sync mode, or before and after a run)."""
+    async def next_group(self) -> Claim:
+        """A group admitted by the async loop's staleness gate (waits for it)."""
+        if self._gate is None:
+            raise RuntimeError("groups are claimed only while the async loop runs")
+        await self._gate.admit()
+        return self._open_group()
+
+    async def try_next_group(self) -> Claim | None:
+        """A group if the async loop's staleness gate admits one now (none outside it: in
+        sync mode, or before and after a run)."""
         if self._gate is None or await self._gate.try_admit() is None:
             return None
         return self._open_group()
 
-    async def _play_group(self, group_id: int, task: str, index) -> None:
-        """Plays a group in process; each rollout goes to the buffer as its episode ends."""
-        assert self.engine is not None, "in-process groups need the pipeline's engine"
-        await play_group(self.client, self.engine, self.agent, task, index, group_id=group_id,
-                         group_size=self.config.group_size, rng=self._rng,
-                         on_rollout=self._deliver)
-
-    def add_external_group(self, rollouts: Sequence[Rollout]) -> int:
+    def add_group(self, rollouts: Sequence[Rollout]) -> int:
         """Admits a whole group played outside the pipeline (the OpenAI server's trajectories,
         `serving.groups`); returns the group id it is trained under.
 
@@ -227,13 +243,27 @@ class RLPipeline:
         if self._gate is not None:
             self._gate.count_started()
         for member, rollout in enumerate(rollouts):
-            self._deliver(dataclasses.replace(rollout, group_id=group_id, member=member))
+            self.deliver(dataclasses.replace(rollout, group_id=group_id, member=member))
         return group_id
 
-    def _deliver(self, rollout: Rollout) -> None:
+    def deliver(self, rollout: Rollout) -> None:
         """A finished episode, from any source, into the buffer (and the step's progress)."""
         self.buffer.add(rollout)
         self._report_progress(episodes=self._progress.episodes + 1)
+
+    async def wait_for_admission(self, pending: Callable[[], int]) -> None:
+        """For a source that files whole groups (`serving.agent_rollouts`) and paces itself by
+        the async loop's staleness bound: returns once a group it started now would be
+        admitted, counting the `pending()` groups it has started that have not arrived yet
+        through `add_group` (which counts each as it arrives). Returns at once outside the
+        async loop."""
+        if self._gate is not None:
+            await self._gate.wait_open(pending)
+
+    def fail(self, error: BaseException) -> None:
+        """A source cannot go on: the async loop raises `error` rather than wait for it."""
+        if self._failure is not None and not self._failure.done():
+            self._failure.set_exception(error)
 
     def _report_progress(self, **changes: Any) -> None:
         self._set_progress(dataclasses.replace(self._progress, **changes))
@@ -242,20 +272,6 @@ class RLPipeline:
         self._progress = progress
         if self.on_progress is not None:
             self.on_progress(progress)
-
-    async def wait_for_admission(self, pending: Callable[[], int]) -> None:
-        """For a source of external groups (`serving.agent_rollouts`) that paces itself by the
-        async loop's staleness bound: returns once a group it started now would be admitted,
-        counting the `pending()` groups it has started that have not arrived yet through
-        `add_external_group` (which counts each as it arrives). Returns at once outside the
-        async loop."""
-        if self._gate is not None:
-            await self._gate.wait_open(pending)
-
-    async def _rollout_worker(self, gate: StalenessGate) -> None:
-        while True:
-            await gate.admit()
-            await self._play_group(*self._open_group())
 
     # ---- training -------------------------------------------------------------------------
 
@@ -367,24 +383,29 @@ class RLPipeline:
 
     async def _run_async(self, state: TrainState, start_step: int) -> TrainState:
         cfg = self.config
+        if not self.sources:
+            raise ValueError("async mode needs a rollout source: rollout_workers > 0 with an "
+                             "engine, a hub, or sources")
         gate = StalenessGate(cfg.groups_per_step, cfg.max_staleness,
                              started_groups=start_step * cfg.groups_per_step, version=start_step)
-        workers = [asyncio.create_task(self._rollout_worker(gate))
-                   for _ in range(cfg.rollout_workers)]
-        if self.hub is None and not workers and not self.external_groups:
-            raise ValueError("async mode needs rollout_workers > 0 or remote sampling workers")
-        self._gate = gate
+        self._gate, self._failure = gate, asyncio.get_running_loop().create_future()
+        attached: list[RolloutSource] = []
         try:
+            for source in self.sources:
+                await source.attach(self)
+                attached.append(source)
             for version in range(start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
-                draws = await self._collect(version - 1, gate, workers)
+                draws = await self._collect(version - 1, gate)
                 state, metrics, rollouts = await self._train_on(draws, state, version)
                 await self._finish_step(state, version, metrics, rollouts, started, gate)
         finally:
+            for source in reversed(attached):
+                await source.detach()
             self._gate = None
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            if self._failure.done():
+                self._failure.exception()   # retrieved: raised already, or not needed
+            self._failure = None
         return state
 
     async def _run_sync(self, state: TrainState, start_step: int) -> TrainState:
@@ -402,9 +423,10 @@ class RLPipeline:
                     break
                 groups = [self._open_group() for _ in range(count)]
                 opened += count
+                assert self.agent_loop is not None
                 async with asyncio.TaskGroup() as playing:  # waits for all, even cancelled
                     for group in groups:
-                        playing.create_task(self._play_group(*group))
+                        playing.create_task(self.agent_loop.play(self, group))
                 self._select(self.buffer.take(current_version=version - 1).groups, draws)
                 if not cfg.dynamic_sampling:
                     break
@@ -412,8 +434,7 @@ class RLPipeline:
             await self._finish_step(state, version, metrics, rollouts, started)
         return state
 
-    async def _collect(self, current_version: int, gate: StalenessGate,
-                       workers: list[asyncio.Task]) -> _StepDraws:
+    async def _collect(self, current_version: int, gate: StalenessGate) -> _StepDraws:
         """At least `groups_per_step` trainable groups (all ready ones unless capped), or under
         dynamic sampling that many with reward variance, or all it has at the draw bound.
 
@@ -427,8 +448,8 @@ class RLPipeline:
             left = self._draws_left(draws)
             if left == 0:
                 break
-            await self._wait_or_raise(
-                self.buffer.wait_for(cfg.groups_per_step - len(draws.kept)), workers)
+            await self._wait_or_raise(self.buffer.wait_for(cfg.groups_per_step
+                                                           - len(draws.kept)))
             caps = [c for c in (left, None if cfg.max_groups_per_step is None
                                 else cfg.max_groups_per_step - len(draws.kept)) if c is not None]
             without_variance = draws.discarded
@@ -437,14 +458,14 @@ class RLPipeline:
             await gate.release(taken.discarded + draws.discarded - without_variance)
         return draws
 
-    @staticmethod
-    async def _wait_or_raise(waiting: Awaitable, workers: list[asyncio.Task]) -> None:
-        """Awaits `waiting`, but surfaces a crashed rollout worker instead of hanging."""
+    async def _wait_or_raise(self, waiting: Awaitable) -> None:
+        """Awaits `waiting`, but raises what a source reported (`fail`) instead of hanging."""
+        if self._failure is None:   # outside the async loop: no source is attached
+            await waiting
+            return
         wait_task = asyncio.ensure_future(waiting)
-        done, _ = await asyncio.wait([wait_task, *workers], return_when=asyncio.FIRST_COMPLETED)
-        if wait_task not in done:
+        await asyncio.wait([wait_task, self._failure], return_when=asyncio.FIRST_COMPLETED)
+        if not wait_task.done():
             wait_task.cancel()
-            for worker in done:
-                worker.result()  # raises the worker's exception
-            raise RuntimeError("a rollout worker stopped unexpectedly")
-
+            self._failure.result()  # raises the source's error
+        wait_task.result()

@@ -1,14 +1,14 @@
 """Rollouts played by an agent program the project did not write: over the OpenAI API.
 
 The RL pipeline's groups come from runs of an agent command (`command`, e.g.
-examples/openai_agent/agent.py) instead of the project's agent loop. In the pipeline's own
-event loop, `AgentRollouts` serves, on loopback, the OpenAI server (`serving.app`) over the
-pipeline's engine (so every weight version the pipeline syncs is what the agent samples next)
-with the task gateway (`serving.task_gateway`) mounted under `/tasks`. It draws each group from
-the pipeline's stream (`RLPipeline.stream`) when the pipeline's staleness gate admits it
-(`RLPipeline.wait_for_admission`), runs the agent once per member, at most `agents` at once,
-each as its own process, and files the ended episodes as the pipeline's groups
-(`serving.groups.ServedGroups` into `RLPipeline.add_external_group`).
+examples/openai_agent/agent.py) instead of the project's agent loop: `AgentRollouts` is a
+rollout source (`pipeline.rollout_source`). Attached to the pipeline, in its event loop, it
+serves on loopback the OpenAI server (`serving.app`) over the pipeline's engine (so every
+weight version the pipeline syncs is what the agent samples next) with the task gateway
+(`serving.task_gateway`) mounted under `/tasks`. It draws each group from the pipeline's feed
+(`GroupFeed.draw`) when the staleness gate admits it (`GroupFeed.wait_for_admission`), runs
+the agent once per member, at most `agents` at once, each as its own process, and files the
+ended episodes as the pipeline's groups (`serving.groups.ServedGroups`, `GroupFeed.add_group`).
 
 An agent process is given its episode in its environment (the contract an agent program
 implements; the `openai` client reads the first two itself):
@@ -48,7 +48,8 @@ import ml_collections
 import uvicorn
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.pipeline.runner import RLPipeline
+from agentrl_jax.pipeline.rollout_source import GroupFeed
+from agentrl_jax.rollout.agent_loop import AgentSpec
 from agentrl_jax.rollout.cross_policy import TRAINED_POLICY
 from agentrl_jax.sampling.engine import TokenCallback
 from agentrl_jax.sampling.types import GenerateRequest, GenerationResult, SamplingParams
@@ -128,18 +129,15 @@ async def serve_in_loop(app: Any) -> AsyncIterator[str]:
 
 
 class AgentRollouts:
-    """The pipeline's groups played by runs of an agent command (the module docstring);
-    an async context manager around `RLPipeline.run`."""
+    """The pipeline's groups played by runs of an agent command (the module docstring); a
+    rollout source."""
 
-    def __init__(self, config: ml_collections.ConfigDict, pipeline: RLPipeline, *,
-                 engine: Engine, controller_url: str, max_context: int):
-        """`engine`: what the server samples with (the pipeline's engine); `max_context`: its
-        context limit, in tokens."""
-        if pipeline.config.mode != "async":
-            raise ValueError("agent rollouts need the async pipeline (sync mode plays its "
-                             "groups in process)")
-        self.config, self.pipeline = config, pipeline
-        agent = pipeline.agent
+    def __init__(self, config: ml_collections.ConfigDict, agent: AgentSpec, group_size: int,
+                 *, engine: Engine, controller_url: str, max_context: int):
+        """`agent`: the pipeline's sampling settings, limits and chat format; `engine`: what
+        the server samples with (the pipeline's engine); `max_context`: its context limit, in
+        tokens."""
+        self.config, self.group_size = config, int(group_size)
         self.limits = agent.limits
         self.api_key = secrets.token_urlsafe(24)
         self.service = Service(
@@ -151,8 +149,7 @@ class AgentRollouts:
                          api_key=self.api_key))
         self.controller = ControllerClient(controller_url, start_jitter_s=0.0)
         self.gateway = TaskGateway(self.controller, self.service)
-        self.groups = ServedGroups(pipeline.add_external_group,
-                                   default_size=pipeline.config.group_size)
+        self.groups = ServedGroups(default_size=self.group_size)
         app = create_app(self.service)
         app.mount(GATEWAY_PREFIX, self.gateway.app())
         self.app = without_caller_rewards(app)
@@ -162,40 +159,38 @@ class AgentRollouts:
         self._tasks: list[asyncio.Task] = []
         self._next_group = 0
         self._failures_in_a_row = 0
-        self._host: asyncio.Task | None = None  # what runs inside the context
-        self._error: BaseException | None = None
+        self._feed: GroupFeed | None = None
 
-    async def __aenter__(self) -> AgentRollouts:
-        self._host = asyncio.current_task()
+    async def attach(self, feed: GroupFeed) -> None:
+        """Starts the server, the filing of ended episodes and the agents."""
+        if feed.group_size != self.group_size:
+            raise ValueError(f"agent rollouts play groups of {self.group_size}, the "
+                             f"pipeline's are {feed.group_size}")
+        self._feed = feed
+        await self.groups.attach(feed)
         self.url = await self._stack.enter_async_context(serve_in_loop(self.app))
         self._tasks = [asyncio.create_task(self.groups.feed_from(self.gateway.pop_finished)),
-                       asyncio.create_task(self._dispatch())]
-        return self
+                       asyncio.create_task(self._dispatch(feed))]
 
-    async def __aexit__(self, *exc: object) -> None:
-        """Stops the agents (their jobs end), the feed and the server; raises what stopped the
-        run from here (agents failing in a row), in place of the cancellation it caused."""
+    async def detach(self) -> None:
+        """Stops the agents (their jobs end), the filing and the server."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._stack.aclose()
         await self.controller.aclose()
-        if self._error is not None:
-            if self._host is not None:
-                self._host.uncancel()  # the cancellation was ours, and is replaced
-            raise self._error
+        await self.groups.detach()
+        self._feed = None
 
     def _ended(self, failed: str | None) -> None:
-        """Counts an agent run; stops the run (cancelling what runs inside the context) after
-        `max_failures_in_a_row` failed runs in a row."""
+        """Counts an agent run; fails the feed (the run stops) after `max_failures_in_a_row`
+        failed runs in a row."""
         self.episodes += 1
         self._failures_in_a_row = self._failures_in_a_row + 1 if failed else 0
         limit = int(self.config.max_failures_in_a_row)
-        if failed and self._failures_in_a_row >= limit and self._error is None:
-            self._error = RuntimeError(f"the agent failed {limit} times in a row, the last: "
-                                       f"{failed}")
-            if self._host is not None:
-                self._host.cancel()
+        if failed and self._failures_in_a_row == limit and self._feed is not None:
+            self._feed.fail(RuntimeError(f"the agent failed {limit} times in a row, the last: "
+                                         f"{failed}"))
 
     def environment(self, job: Job) -> dict[str, str]:
         """An agent process's environment for `job` (the contract in the module docstring)."""
@@ -214,18 +209,17 @@ class AgentRollouts:
         return [sys.executable if part == "{python}" else str(part)
                 for part in self.config.command]
 
-    async def _dispatch(self) -> None:
-        """Draws groups from the pipeline's stream as its staleness gate admits them and runs
-        their members' agents, at most `agents` at once, for as long as the pipeline runs."""
+    async def _dispatch(self, feed: GroupFeed) -> None:
+        """Draws groups from the feed as its staleness gate admits them and runs their
+        members' agents, at most `agents` at once, until detached."""
         slots = asyncio.Semaphore(int(self.config.agents))
         running: set[asyncio.Task] = set()
         try:
             while True:
                 # The staleness bound, counting the groups in play (drawn, not yet filed).
-                await self.pipeline.wait_for_admission(
-                    lambda: self._next_group - self.groups.submitted)
-                task, index = next(self.pipeline.stream)
-                group_id, size = self._next_group, int(self.pipeline.config.group_size)
+                await feed.wait_for_admission(lambda: self._next_group - self.groups.submitted)
+                task, index = feed.draw()
+                group_id, size = self._next_group, self.group_size
                 self._next_group += 1
                 for member in range(size):
                     await slots.acquire()
@@ -278,11 +272,11 @@ def _tail(stderr: bytes | None, lines: int = 8) -> str:
 
 
 def source(config: ml_collections.ConfigDict, *, engine: Engine, controller_url: str,
-           max_context: int) -> Callable[[RLPipeline], AgentRollouts]:
-    """What `experiment.rl_stage.run_rl(rollouts=...)` takes: the pipeline's `AgentRollouts`
-    for `config` (`default_config()`'s keys), over `engine` and the controller at
-    `controller_url`."""
-    return lambda pipeline: AgentRollouts(config, pipeline, engine=engine,
-                                          controller_url=controller_url,
-                                          max_context=max_context)
+           max_context: int) -> Callable[[AgentSpec, ml_collections.ConfigDict], AgentRollouts]:
+    """What `experiment.rl_stage.run_rl(rollouts=...)` takes: (the pipeline's agent spec and
+    config) -> `AgentRollouts` for `config` (`default_config()`'s keys), over `engine` and the
+    controller at `controller_url`."""
+    return lambda agent, pipeline_config: AgentRollouts(
+        config, agent, pipeline_config.group_size, engine=engine,
+        controller_url=controller_url, max_context=max_context)
 

@@ -6,7 +6,7 @@ agent, or `serving.task_gateway` for the jobs the trainer gives). So the reward 
 it (`POST /v1/trajectories/{id}/reward`): `task`, `group_id` (the
 caller's name for the group, unique among its groups open at once), `member` (0..size-1) and
 `group_size` (default: the collector's, normally the pipeline's `group_size`). A group is
-complete, and handed to the pipeline (`RLPipeline.add_external_group`, which gives it a
+complete, and filed with the pipeline (`RLPipeline.add_group`, which gives it a
 pipeline group id of its own), once each of its `group_size` members has been rewarded. From
 then on it is trained exactly as the pipeline's own groups: the staleness drop, cross-policy
 versions and policy ids per token, GRPO and task advantage normalisation. The policy ids are
@@ -38,6 +38,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentrl_jax.pipeline.rollout_source import GroupFeed
 from agentrl_jax.rollout.record import Rollout
 
 log = logging.getLogger(__name__)
@@ -50,12 +51,14 @@ class _OpenGroup:
 
 
 class ServedGroups:
-    """Collects the rollouts of finished trajectories into complete groups for `submit`."""
+    """Collects the rollouts of finished trajectories into complete groups for `submit`; as a
+    rollout source (`pipeline.rollout_source`), for the feed it is attached to."""
 
-    def __init__(self, submit: Callable[[list[Rollout]], Any], default_size: int,
-                 max_open: int = 1024):
+    def __init__(self, submit: Callable[[list[Rollout]], Any] | None = None, *,
+                 default_size: int, max_open: int = 1024):
         """`submit(members)`: receives each complete group, its members by member number
-        (`RLPipeline.add_external_group`)."""
+        (`RLPipeline.add_group`); None until a feed is attached, and the groups completed
+        meanwhile wait for it (at most `max_open`, the oldest dropped beyond)."""
         if default_size < 1:
             raise ValueError("default_size must be >= 1")
         self.submit, self.default_size, self.max_open = submit, default_size, max_open
@@ -63,8 +66,18 @@ class ServedGroups:
             collections.OrderedDict())
         self.submitted = 0  # complete groups handed on
         self.segments_dropped = 0  # earlier segments of multi-segment trajectories
-        self.groups_dropped = 0  # incomplete groups evicted beyond `max_open`
+        self.groups_dropped = 0  # evicted beyond `max_open`, open or waiting for a feed
+        self._waiting: collections.deque[list[Rollout]] = collections.deque()
         self.rejected: collections.Counter[str] = collections.Counter()
+
+    async def attach(self, feed: GroupFeed) -> None:
+        """Files the groups completed so far with `feed`, then each as it completes."""
+        self.submit = feed.add_group
+        while self._waiting:
+            self._submit(self._waiting.popleft())
+
+    async def detach(self) -> None:
+        self.submit = None
 
     @property
     def num_open(self) -> int:
@@ -103,9 +116,20 @@ class ServedGroups:
         if len(group.members) < size:
             return False
         del self._open[key]
-        self.submit([group.members[m] for m in range(size)])
-        self.submitted += 1
+        members = [group.members[m] for m in range(size)]
+        if self.submit is None:   # no pipeline runs: it waits for one
+            if len(self._waiting) >= self.max_open:
+                self._waiting.popleft()
+                self.groups_dropped += 1
+            self._waiting.append(members)
+            return False
+        self._submit(members)
         return True
+
+    def _submit(self, members: list[Rollout]) -> None:
+        assert self.submit is not None
+        self.submit(members)
+        self.submitted += 1
 
     def _reject(self, rollout: Rollout, why: str, detail: str) -> bool:
         self.rejected[why] += 1

@@ -332,7 +332,7 @@ def _fill(pipeline, rewards_per_group):
 def _collect(pipeline, started):
     async def go():
         gate = StalenessGate(groups_per_step=2, max_staleness=1, started_groups=started)
-        draws = await pipeline._collect(0, gate, workers=[])
+        draws = await pipeline._collect(0, gate)
         return draws, gate
     return asyncio.run(go())
 

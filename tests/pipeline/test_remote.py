@@ -275,7 +275,7 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer, tmp_
                                              context_buckets=(512,), batch_buckets=(8,),
                                              steps_per_sync=4), agent)
     # Generous: on a loaded 2-core machine a busy worker can miss a few seconds of beats.
-    remote = HubSettings(spec, lease_timeout_s=10.0)
+    settings = HubSettings(spec, lease_timeout_s=10.0)
     reports, procs, hub = [], {}, None
 
     async def on_step(report):
@@ -298,7 +298,8 @@ def test_worker_processes_train_and_survive_a_kill(stack, fleet, tokenizer, tmp_
             stream = TaskStream({"echo": await client.get_indices("echo")}, seed=0)
             pipeline = runner.RLPipeline(
                 pcfg, client=client, engine=None, trainer=trainer, agent=agent, stream=stream,
-                adv_config=advantages.default_config(), on_step=on_step, remote=remote)
+                adv_config=advantages.default_config(), on_step=on_step,
+                hub=RolloutHub.of(settings, pcfg.group_size))
             hub = pipeline.hub
             hub_url = await hub.start()
             for worker in "ab":

@@ -276,7 +276,8 @@ def test_lora_worker_process_trains_with_both_policies(fleet, tokenizer, tmp_pat
             pipeline = runner.RLPipeline(
                 pcfg, client=client, engine=None, trainer=trainer, agent=agent,
                 stream=stream, adv_config=advantages.default_config(),
-                on_step=reports.append, remote=HubSettings(spec, lease_timeout_s=30.0))
+                on_step=reports.append,
+                hub=RolloutHub.of(HubSettings(spec, lease_timeout_s=30.0), pcfg.group_size))
             hub = pipeline.hub
             url = await hub.start()
             proc = subprocess.Popen(

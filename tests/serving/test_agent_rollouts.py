@@ -56,7 +56,7 @@ def db_fleet():
     fleet.close()
 
 
-def _pipeline(tokenizer, engine, trainer, reports):
+def _pipeline(tokenizer):
     pcfg = runner.default_config()
     pcfg.update(mode="async", steps=STEPS, groups_per_step=1, group_size=SIZE,
                 rollout_workers=0, max_staleness=0, stale_policy_ratio=0.0)
@@ -66,9 +66,7 @@ def _pipeline(tokenizer, engine, trainer, reports):
                                            max_new_tokens=8),
                       policy_mix=PolicyMix.single())
     stream = curriculum.task_stream({"db-train": list(range(8))}, pcfg.curriculum, seed=0)
-    return runner.RLPipeline(pcfg, client=None, engine=engine, trainer=trainer, agent=agent,
-                             stream=stream, adv_config=advantages.default_config(),
-                             on_step=reports.append, external_groups=True)
+    return pcfg, agent, stream
 
 
 def _train(tokenizer, config, controller_url):
@@ -78,12 +76,15 @@ def _train(tokenizer, config, controller_url):
     recorder, reports = Recorder(engine), []
 
     async def go():
-        pipeline = _pipeline(tokenizer, engine, trainer, reports)
+        pcfg, agent, stream = _pipeline(tokenizer)
         rollouts = agent_rollouts.source(config, engine=recorder, controller_url=controller_url,
-                                         max_context=CONTEXT)(pipeline)
+                                         max_context=CONTEXT)(agent, pcfg)
+        pipeline = runner.RLPipeline(pcfg, client=None, engine=engine, trainer=trainer,
+                                     agent=agent, stream=stream,
+                                     adv_config=advantages.default_config(),
+                                     on_step=reports.append, sources=[rollouts])
         try:
-            async with rollouts:
-                await pipeline.run(trainer.init_state(0))
+            await pipeline.run(trainer.init_state(0))
         finally:
             versions = await engine.policies()
         return rollouts, versions

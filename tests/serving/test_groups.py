@@ -72,7 +72,7 @@ def _segments(batch):
 
 def test_served_groups_train_on_the_sampled_tokens_with_grpo_and_task_norm(store, tokenizer):
     pipeline = _pipeline(tokenizer)
-    groups = ServedGroups(pipeline.add_external_group, default_size=2)
+    groups = ServedGroups(pipeline.add_group, default_size=2)
     rewards = {("math", 5, 0): 1.0, ("math", 5, 1): 0.0, ("chat", 9, 0): 0.5,
                ("chat", 9, 1): 0.25}
     sampled, streams = {}, {}
@@ -121,7 +121,7 @@ def test_served_batch_equals_the_pipelines_own_rollouts(store, tokenizer):
     """The same episodes delivered by the pipeline's own path (open_group + add, as the agent
     loop does) or served through the seam give the same batch."""
     served = _pipeline(tokenizer)
-    groups = ServedGroups(served.add_external_group, default_size=2)
+    groups = ServedGroups(served.add_group, default_size=2)
     own = _pipeline(tokenizer)
     for member, reward in ((0, 1.0), (1, 0.0)):
         _play(store, tokenizer, f"t{member}", ["Four." if member == 0 else "Five.", "Yes."])
@@ -143,7 +143,7 @@ def test_served_batch_equals_the_pipelines_own_rollouts(store, tokenizer):
 
 def test_a_multi_segment_trajectory_trains_its_last_segment_as_one_member(store, tokenizer):
     pipeline = _pipeline(tokenizer)
-    groups = ServedGroups(pipeline.add_external_group, default_size=2)
+    groups = ServedGroups(pipeline.add_group, default_size=2)
     _say(store, tokenizer, "edited", ASK, "Four.")
     # The agent rewrites its history: a new segment from the messages as sent.
     rewritten = [{"role": "user", "content": "What is 2 + 2? Answer in words."}]
@@ -162,7 +162,7 @@ def test_a_multi_segment_trajectory_trains_its_last_segment_as_one_member(store,
 
 def test_groups_wait_for_their_declared_size_and_reject_bad_members(store, tokenizer):
     pipeline = _pipeline(tokenizer)
-    groups = ServedGroups(pipeline.add_external_group, default_size=2)
+    groups = ServedGroups(pipeline.add_group, default_size=2)
     for member in range(3):
         _say(store, tokenizer, f"m{member}", ASK, "Four.")
     store.finish("m0", 1.0, group_id=4, member=0, group_size=3)
@@ -187,7 +187,7 @@ def test_groups_wait_for_their_declared_size_and_reject_bad_members(store, token
 
 def test_stale_served_groups_are_dropped_by_their_trained_policy_tokens(store, tokenizer):
     pipeline = _pipeline(tokenizer, max_staleness=1)
-    groups = ServedGroups(pipeline.add_external_group, default_size=1)
+    groups = ServedGroups(pipeline.add_group, default_size=1)
     # The trained policy's turn is of version 0: lag 2 at version 2, over the bound of 1.
     _say(store, tokenizer, "old", ASK, "Four.", version=0, policy="current")
     store.finish("old", 1.0, group_id=0)

@@ -68,12 +68,12 @@ def test_pipeline_trains_on_groups_served_over_http(served, tokenizer):
     reports, played = [], {}
 
     async def go():
+        groups = ServedGroups(default_size=pcfg.group_size)   # a source: served groups
         stream = curriculum.task_stream({"count": [0]}, pcfg.curriculum, seed=0)
         pipeline = runner.RLPipeline(
             pcfg, client=None, engine=engine, trainer=trainer, agent=agent, stream=stream,
             adv_config=advantages.default_config(), on_step=reports.append,
-            external_groups=True)
-        groups = ServedGroups(pipeline.add_external_group, default_size=pcfg.group_size)
+            sources=[groups])
         feeding = asyncio.create_task(groups.feed_from(service.trajectories.pop_finished, 0.01))
         playing = asyncio.create_task(asyncio.to_thread(_agent, server, played))
         training = asyncio.create_task(pipeline.run(trainer.init_state(0)))
