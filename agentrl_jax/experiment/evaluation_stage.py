@@ -51,9 +51,7 @@ async def evaluate(config: ml_collections.ConfigDict, policy: Policy, engine: An
     per_task = (config.eval.per_task if subset == "test"
                 else config.eval.get("validation_per_task"))
     demos = config.get("demos")
-    agent = rl_stage.agent_spec(ml_collections.ConfigDict({**config.rl.to_dict(),
-                                                          "sampling": config.eval.sampling}),
-                                policy)
+    agent = rl_stage.agent_spec(config.rl, policy, sampling=config.eval.sampling)
     bar = tqdm(desc=name, unit="episode")
     transcripts = TranscriptLog()
 

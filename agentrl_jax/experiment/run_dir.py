@@ -22,12 +22,23 @@ from agentrl_jax import stage_clock
 class RunDir:
     """The run's directory and its record of finished stages."""
 
-    def __init__(self, path: str | pathlib.Path):
+    def __init__(self, path: str | pathlib.Path, *, create: bool = True):
+        """`create`: make the directory (a run's own); False opens another run's to read."""
         self.path = pathlib.Path(path).resolve()
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "logs").mkdir(exist_ok=True)
+        if create:
+            self.path.mkdir(parents=True, exist_ok=True)
+            (self.path / "logs").mkdir(exist_ok=True)
         self._stages_file = self.path / "stages.json"
         self._last_mark = time.monotonic()
+
+    def is_run(self) -> bool:
+        """Whether the directory holds a run: a record of stages or RL checkpoints."""
+        return self._stages_file.is_file() or (self.path / "checkpoints").is_dir()
+
+    def config(self) -> ml_collections.ConfigDict | None:
+        """The config the run was started with (`config.json`), if it wrote one."""
+        path = self.path / "config.json"
+        return ml_collections.ConfigDict(json.loads(path.read_text())) if path.is_file() else None
 
     def stages(self) -> dict[str, Any]:
         """{stage: {"finished", "seconds", ...what it recorded}} of the finished stages."""
@@ -63,7 +74,3 @@ class RunDir:
             raise SystemExit(f"{self.path} holds a run with a different config; pass another "
                              "--config.run_dir or delete it")
         path.write_text(text)
-
-    def read_config(self) -> ml_collections.ConfigDict:
-        """The config the run was started with (`config.json`)."""
-        return ml_collections.ConfigDict(json.loads((self.path / "config.json").read_text()))

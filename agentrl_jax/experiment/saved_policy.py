@@ -9,12 +9,12 @@ missing; `load_checkpoint` loads it. Evaluation, serving and the benchmarks shar
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 
 import ml_collections
 
 from agentrl_jax.experiment import policy as policy_lib
+from agentrl_jax.experiment.run_dir import RunDir
 
 
 class CheckpointError(ValueError):
@@ -43,10 +43,6 @@ class Checkpoint:
         return f"{self.run_dir} step {self.step}" if self.step is not None else str(self.model_dir)
 
 
-def is_run_dir(path: pathlib.Path) -> bool:
-    return (path / "stages.json").is_file() or (path / "checkpoints").is_dir()
-
-
 def checkpoint_steps(run_dir: pathlib.Path) -> list[int]:
     """The RL checkpoint steps saved in `run_dir/checkpoints` (Orbax's step folders)."""
     directory = run_dir / "checkpoints"
@@ -58,8 +54,8 @@ def checkpoint_steps(run_dir: pathlib.Path) -> list[int]:
 def resolve_checkpoint(checkpoint: str, step: int | None = None) -> Checkpoint:
     """Interprets `--checkpoint` (and `--step`); raises CheckpointError when it names nothing
     usable."""
-    path = pathlib.Path(checkpoint).expanduser()
-    if not is_run_dir(path):
+    run = RunDir(pathlib.Path(checkpoint).expanduser(), create=False)
+    if not run.is_run():
         if step is not None:
             raise CheckpointError(
                 f"--step needs a run directory (with checkpoints/), not {checkpoint}")
@@ -70,10 +66,7 @@ def resolve_checkpoint(checkpoint: str, step: int | None = None) -> Checkpoint:
         except ValueError as error:
             raise CheckpointError(str(error)) from None
 
-    run_dir = path.resolve()
-    config = None
-    if (run_dir / "config.json").is_file():
-        config = ml_collections.ConfigDict(json.loads((run_dir / "config.json").read_text()))
+    run_dir, config = run.path, run.config()
     final = run_dir / "final_model"
     steps = checkpoint_steps(run_dir)
     if step is None and (final / "config.json").is_file():
@@ -87,9 +80,7 @@ def resolve_checkpoint(checkpoint: str, step: int | None = None) -> Checkpoint:
     # The architecture and tokenizer RL started from: the warm-started policy of the run's
     # `sft` stage (RUN_DIR/sft_model links to it), or the final model (same architecture) if
     # that cache has been cleared.
-    stages = json.loads((run_dir / "stages.json").read_text()) if (
-        run_dir / "stages.json").is_file() else {}
-    candidates = [pathlib.Path(stages.get("sft", {}).get("policy_dir", "")),
+    candidates = [pathlib.Path(run.stages().get("sft", {}).get("policy_dir", "")),
                   run_dir / "sft_model", final]
     base = next((c for c in candidates if (c / "config.json").is_file()), None)
     if base is None:
