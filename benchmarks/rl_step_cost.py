@@ -1,10 +1,13 @@
 """What an RL step of SmolLM2 costs per trained episode: the earlier settings against the
 current `configs/local_smollm2.py`, from the same warm start, in one run.
 
-    python -m launch.local --config=configs/local_smollm2.py --config.rl.pipeline.steps=0 \\
-        --config.eval.before_rl=False          # once: the warm start (cached), then
-    python -m benchmarks.rl_step_cost --policy=runs/local_smollm2/sft_model
+    python -m benchmarks.rl_step_cost                 # both arms, 2 steps each
     python -m benchmarks.rl_step_cost --steps=3 --arms=current   # one arm, more steps
+
+The policy is the warm start of `configs/local_smollm2.py` (`--policy` names another): taken
+from the warm-start cache (`experiment/warm_start.py`), or made first, with the main job's
+demonstrations, if this host has none (on a 2-core CPU ~70 min in fp32 on a Zen 3 without
+bf16 instructions, ~28 min in bf16 with AMX; each arm's first step another ~35 min there).
 
 Each arm runs `--steps` RL steps of the real pipeline (sandboxed task workers, the sampling
 engine, the trainer, weight sync; `experiment.rl_stage.run_rl`) from the warm-started policy,
@@ -44,10 +47,11 @@ from agentrl_jax import stage_clock
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.evaluation import protocol
+from agentrl_jax.experiment import demonstrations, rl_stage, run_config
 from agentrl_jax.experiment import policy as policy_lib
-from agentrl_jax.experiment import rl_stage
 from agentrl_jax.experiment.metrics import MetricsLog
-from agentrl_jax.parallel.mesh import make_mesh
+from agentrl_jax.experiment.warm_start import warm_start
+from agentrl_jax.parallel.mesh import make_mesh, single_device_mesh
 from benchmarks.machine_info import write_result
 from configs import local_smollm2
 
@@ -147,13 +151,34 @@ def summarise(arm: str, config, reports: list[dict[str, float]], started: float,
     return figures
 
 
+def warm_started_policy(log_dir: pathlib.Path) -> pathlib.Path:
+    """The warm start of `configs/local_smollm2.py` (cached, or made now, with the main job's
+    demonstrations), and each task's train data built for the fleet."""
+    from environments.fleet import prepare_task_data
+
+    config = run_config.resolve(local_smollm2.get_config())
+    paths = [demonstrations.oracle_demos(task, config.demos.split, config.demos.per_task,
+                                         log_dir=log_dir) for task in config.env.tasks]
+    prepare_task_data(config.env.tasks, (config.env.train_split,), log_dir)
+    metrics = MetricsLog(log_dir)
+    try:
+        return warm_start(config, paths, single_device_mesh(), metrics)
+    finally:
+        metrics.close()
+
+
 async def main_async(args) -> dict[str, Any]:
     from environments.fleet import start_task_fleet
 
     config = local_smollm2.get_config()
     figures: dict[str, Any] = {}
-    clock = stage_clock.enable()
     with tempfile.TemporaryDirectory(prefix="rl_step_cost_fleet_") as logs:
+        policy = (pathlib.Path(args.policy) if args.policy
+                  else warm_started_policy(pathlib.Path(logs)))
+        if not (policy / "config.json").exists():
+            raise SystemExit(f"no policy at {policy}")
+        print(f"policy: {policy}", flush=True)
+        clock = stage_clock.enable()
         with start_task_fleet(config.env.tasks, (config.env.train_split,),
                               sandbox=config.env.sandbox, concurrency=config.env.concurrency,
                               log_dir=pathlib.Path(logs),
@@ -161,7 +186,7 @@ async def main_async(args) -> dict[str, Any]:
             stage_clock.mark("fleet")
             for arm in args.arms.split(","):
                 print(f"arm {arm}: {args.steps} RL steps", flush=True)
-                result = await run_arm(arm, args.steps, pathlib.Path(args.policy), fleet.url)
+                result = await run_arm(arm, args.steps, policy, fleet.url)
                 figures.update({f"{arm}_{k}": v for k, v in result.items()})
                 stage_clock.mark(arm)
     splits = [s for s in clock.splits() if s.stage != "fleet"]
@@ -179,14 +204,12 @@ async def main_async(args) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--policy", default="runs/local_smollm2/sft_model",
-                        help="the warm-started policy's directory")
+    parser.add_argument("--policy", default="",
+                        help="the warm-started policy's directory (default: the warm start of "
+                             "configs/local_smollm2.py, made if not cached)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--arms", default=",".join(ARMS))
     args = parser.parse_args()
-    if not (pathlib.Path(args.policy) / "config.json").exists():
-        raise SystemExit(f"no warm-started policy at {args.policy}: run the warm start first "
-                         "(see this module's docstring)")
     figures = asyncio.run(main_async(args))
     print(f"wrote {write_result('rl_step_cost', figures)}")
 
