@@ -45,7 +45,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from agentrl_jax.pipeline.rollout_source import GroupFeed
+from agentrl_jax.pipeline.rollout_source import GroupFeed, require_group_size
 from agentrl_jax.pipeline.wire_format import rollout_from_json, weights_to_bytes
 from agentrl_jax.rollout.record import Rollout
 from agentrl_jax.tree_digest import tree_digest
@@ -129,9 +129,7 @@ class RolloutHub:
 
     async def attach(self, feed: GroupFeed) -> None:
         """Claims are admitted and opened by `feed`, and rollouts go to it."""
-        if feed.group_size != self.group_size:
-            raise ValueError(f"the hub plays groups of {self.group_size}, the pipeline's are "
-                             f"{feed.group_size}")
+        require_group_size("the hub", self.group_size, feed)
         self._claim, self._deliver_to = feed.try_next_group, feed.deliver
 
     async def detach(self) -> None:

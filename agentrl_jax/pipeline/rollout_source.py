@@ -86,6 +86,14 @@ class RolloutSource(Protocol):
     async def detach(self) -> None: ...
 
 
+def require_group_size(source: str, size: int, feed: GroupFeed) -> None:
+    """Raises ValueError unless `feed` takes groups of `size`: a source whose group size is
+    fixed before it is attached (a hub's workers, served agents) cannot follow another."""
+    if feed.group_size != size:
+        raise ValueError(f"{source} plays groups of {size}, the pipeline's are "
+                         f"{feed.group_size}")
+
+
 class AgentLoopSource:
     """The project's agent loop (`rollout.agent_loop.play_group`) in this process: `workers`
     coroutines, each claiming a group whenever the gate admits one and playing it on `engine`

@@ -48,7 +48,7 @@ import ml_collections
 import uvicorn
 
 from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.pipeline.rollout_source import GroupFeed
+from agentrl_jax.pipeline.rollout_source import GroupFeed, require_group_size
 from agentrl_jax.rollout.agent_loop import AgentSpec
 from agentrl_jax.rollout.cross_policy import TRAINED_POLICY
 from agentrl_jax.sampling.engine import TokenCallback
@@ -163,9 +163,7 @@ class AgentRollouts:
 
     async def attach(self, feed: GroupFeed) -> None:
         """Starts the server, the filing of ended episodes and the agents."""
-        if feed.group_size != self.group_size:
-            raise ValueError(f"agent rollouts play groups of {self.group_size}, the "
-                             f"pipeline's are {feed.group_size}")
+        require_group_size("agent rollouts", self.group_size, feed)
         self._feed = feed
         await self.groups.attach(feed)
         self.url = await self._stack.enter_async_context(serve_in_loop(self.app))

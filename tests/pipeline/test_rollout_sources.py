@@ -200,3 +200,9 @@ def test_a_pipeline_needs_a_source_and_sync_mode_plays_only_its_own():
         asyncio.run(_bare_pipeline().run(state=None))
     with pytest.raises(ValueError, match="sync mode plays its groups in process"):
         _bare_pipeline("sync", sources=[_BrokenSource()])
+
+
+def test_a_source_of_another_group_size_is_refused_when_the_run_starts():
+    hub = RolloutHub.of(HubSettings(spec={}), group_size=4)   # its workers play groups of 4
+    with pytest.raises(ValueError, match="the hub plays groups of 4, the pipeline's are 2"):
+        asyncio.run(_bare_pipeline(sources=[hub]).run(state=None))

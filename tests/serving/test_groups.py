@@ -185,6 +185,26 @@ def test_groups_wait_for_their_declared_size_and_reject_bad_members(store, token
     assert groups.rejected["member"] == 1 and groups.num_open == 0
 
 
+def test_groups_completed_while_no_pipeline_is_attached_wait_for_one(store, tokenizer):
+    pipeline = _pipeline(tokenizer)
+    groups = ServedGroups(default_size=1, max_open=2)
+
+    def complete(trajectory, group_id):
+        _say(store, tokenizer, trajectory, ASK, "Four.")
+        store.finish(trajectory, 1.0, group_id=group_id)
+        return groups.add(store.pop_finished())
+
+    assert [complete(f"t{g}", g) for g in range(3)] == [0, 0, 0]   # no feed: nothing filed
+    assert groups.groups_dropped == 1 and groups.submitted == 0   # the oldest, past max_open
+    asyncio.run(groups.attach(pipeline))
+    assert groups.submitted == 2 and pipeline.buffer.num_ready == 2
+    taken = pipeline.buffer.take(current_version=0).groups   # the newest two, by draw
+    assert sorted(g[0].index for g in taken) == [1, 2]
+    assert complete("t3", 3) == 1 and pipeline.buffer.num_ready == 1   # filed as it completes
+    asyncio.run(groups.detach())
+    assert complete("t4", 4) == 0 and groups.submitted == 3   # waits for the next feed
+
+
 def test_stale_served_groups_are_dropped_by_their_trained_policy_tokens(store, tokenizer):
     pipeline = _pipeline(tokenizer, max_staleness=1)
     groups = ServedGroups(pipeline.add_group, default_size=1)
