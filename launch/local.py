@@ -24,13 +24,14 @@ from ml_collections import config_flags
 
 from agentrl_jax import compile_cache, hostmem, stage_clock
 from agentrl_jax.experiment import job
+from agentrl_jax.experiment.topology import Environments
 from environments import fleet
 from launch import process
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(REPO_ROOT / "configs" / "local_default.py"), "run configuration")
-ENVIRONMENTS = job.Environments(prepare=fleet.prepare_task_data, serve=fleet.serve_tasks)
+ENVIRONMENTS = Environments(prepare=fleet.prepare_task_data, serve=fleet.serve_tasks)
 
 
 def main(argv: list[str]) -> None:

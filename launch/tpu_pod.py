@@ -20,7 +20,8 @@ compiles every program the run executes (train step, sampler buckets, weight gat
 libtpu's compiler for that topology and prints each one's HBM per chip, FLOPs and roofline
 (`agentrl_jax.aot`, docs/tpu_pod.md); it exits 1 naming any program that does not fit.
 
-The job's steps, and how the processes divide the work: `agentrl_jax/experiment/pod_job.py`.
+The job's stages are `agentrl_jax/experiment/job.py`'s, the same as on one machine; how the
+processes divide the work: `agentrl_jax/experiment/pod_job.py`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from agentrl_jax import compile_cache
-from agentrl_jax.experiment import pod_job, run_config
+from agentrl_jax.experiment import job, pod_job, run_config
+from agentrl_jax.experiment.run_dir import local_dir
+from agentrl_jax.experiment.topology import REMOTE
 from agentrl_jax.pipeline import multihost
 from launch import process
 
@@ -80,7 +83,7 @@ def compile_only(config: ml_collections.ConfigDict) -> None:
     from agentrl_jax.aot.compile_check import compile_check
 
     result = compile_check(config, FLAGS.topology, every_bucket=FLAGS.every_bucket)
-    path = pathlib.Path(FLAGS.compile_report or pod_job.log_dir_of(config) / "compile_report.json")
+    path = pathlib.Path(FLAGS.compile_report or local_dir(config) / "compile_report.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"report: {path}", flush=True)
@@ -97,7 +100,8 @@ def main(argv: list[str]) -> None:
         compile_only(FLAGS.config)
         return
     compile_cache.enable()
-    pod_job.run(start(argv))
+    config = start(argv)
+    job.run_job(config, REMOTE, pod_job.PodTopology(config))
 
 
 if __name__ == "__main__":

@@ -1,27 +1,31 @@
 """The main job as a graph of stages, each resumed from its marker in `RUN_DIR/stages.json`.
 
-  demos         each task's oracle played on `demos.per_task` train indices spread over the
+The same graph runs on one machine or a pod (`config.topology`, `experiment/topology.py`);
+the stages marked (local) run only where the topology warm-starts.
+
+  demos (local) each task's oracle played on `demos.per_task` train indices spread over the
                 split (cached), and each task's data built for both splits (sandboxed workers
                 only read it)
   (environments a controller and, per task, a train- and a test-split worker, or
                 `env.controller_url`; started on every run, before any model is loaded)
-  sft           the policy warm-started on the demonstrations (`experiment/warm_start.py`;
+  sft (local)   the policy warm-started on the demonstrations (`experiment/warm_start.py`;
                 RUN_DIR/sft_model links to it)
   eval_before   the test subset before RL (`eval.before_rl`; with `eval.validate`, the
                 validation slice too: `validation_before`)
   rl            asynchronous multi-task RL on the train split less the validation slice
-                (`experiment/rl_stage.py`; checkpoints in RUN_DIR/checkpoints, from which a
-                killed run resumes); the final policy in RUN_DIR/final_model
-  eval_after    the same subset after RL (`validation_after`)
-  report        RUN_DIR/results.md and success.png (`experiment/run_report.py`)
+                (`experiment/rl_stage.py`; checkpoints in `run_dir`/checkpoints, from which a
+                killed run resumes); on one machine the final policy in RUN_DIR/final_model
+  eval_after    the same subset after RL (`validation_after`; `eval.after_rl`)
+  export        with an `export` section: the trained policy as an HF directory in
+                `export.dir` (default `run_dir`/final_model; a bucket URL too)
+  report        RUN_DIR/results.md and success.png (`experiment/run_report.py`), once the
+                evaluation after RL is done
 
 A stage runs only if it is not marked done; each is marked only when its outputs are complete,
 so the same command after a crash, even `kill -9`, skips what finished. The config is resolved
 and frozen once (`experiment/run_config.py`); every stage reads that one object, which is also
-what `RUN_DIR/config.json` holds.
-
-The job does not know how environments are started: the launcher hands it `Environments`
-(`environments/fleet.py` on one machine), so this package never imports the environments.
+what `RUN_DIR/config.json` holds. RUN_DIR is `run_dir`, or a local directory when `run_dir` is
+a bucket URL (`run_dir.local_dir`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import dataclasses
 import pathlib
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ml_collections
@@ -43,58 +47,68 @@ from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.dataclass_config import mutable_copy
 from agentrl_jax.evaluation import protocol
-from agentrl_jax.experiment import demonstrations, evaluation_stage, report, rl_stage, run_config
+from agentrl_jax.experiment import (
+    demonstrations,
+    evaluation_stage,
+    export_stage,
+    pod_job,
+    report,
+    rl_stage,
+    run_config,
+)
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.evaluation_stage import CopyProbeRecord, probe_copying
 from agentrl_jax.experiment.metrics import MetricsLog
-from agentrl_jax.experiment.run_dir import RunDir
+from agentrl_jax.experiment.run_dir import RunDir, is_url, local_dir
 from agentrl_jax.experiment.run_report import write_report
+from agentrl_jax.experiment.topology import TOPOLOGIES, Environments, LocalTopology, Topology
 from agentrl_jax.experiment.warm_start import warm_start
 from agentrl_jax.parallel.mesh import single_device_mesh
 
 GAME_STAGE_DIR = "tictactoe"
 
 
-@dataclasses.dataclass(frozen=True)
-class Environments:
-    """How the job reaches its tasks.
-
-    Attributes:
-      prepare: (tasks, splits, log_dir) builds each task's data for those splits, outside any
-        sandbox (a sandboxed worker only reads it).
-      serve: (env config, log_dir) -> a context manager whose value is the controller's URL:
-        `env.controller_url`, or a fleet it starts and stops.
-    """
-
-    prepare: Callable[[Sequence[str], Sequence[str], pathlib.Path], None]
-    serve: Callable[[Any, pathlib.Path], contextlib.AbstractContextManager[str]]
-
-
-def _always(config: ml_collections.ConfigDict) -> bool:
+def _always(job: Job) -> bool:
     return True
+
+
+def _never(job: Job) -> bool:
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One node of the graph: `run(job)` does the work and returns what its marker records.
 
-    A stage runs when `enabled(config)` and it is not marked done; an unmarked stage (one that
-    acquires something the later stages use, such as the environments) runs every time."""
+    A stage runs when `enabled(job)` and it is not marked done, or `every_start(job)`; an
+    unmarked stage (one that acquires something the later stages use, such as the
+    environments) runs every time."""
 
     name: str
     run: Callable[[Job], Awaitable[dict[str, Any]]]
-    enabled: Callable[[ml_collections.ConfigDict], bool] = _always
+    enabled: Callable[[Job], bool] = _always
     marked: bool = True
+    every_start: Callable[[Job], bool] = _never
 
 
 class Job:
-    """One run of the graph over one run directory (`run()`; resumable)."""
+    """One run of the graph over one run directory (`run()`; resumable), led by this process
+    on `topology` (default: `config.topology`'s)."""
 
-    def __init__(self, config: ml_collections.ConfigDict, environments: Environments):
+    def __init__(self, config: ml_collections.ConfigDict, environments: Environments,
+                 topology: Topology | None = None):
         self.config = run_config.resolve(config)
         self.environments = environments
-        self.run_dir = RunDir(self.config.run_dir)
-        self.run_dir.check_config(self.config)
+        self.topology = topology or topology_of(self.config)
+        self.run_dir = RunDir(local_dir(self.config))
+        # A run that resumes from its checkpoints takes a changed config (more steps, say):
+        # the graph starts again over them. Elsewhere a changed config is refused.
+        self.run_dir.check_config(self.config,
+                                  restart=self.topology.resumes_from_checkpoints)
+        # Checkpoints (and the export's default) go to `run_dir` itself, a bucket URL too.
+        self.checkpoint_root: str | pathlib.Path = (
+            self.config.run_dir if is_url(self.config.run_dir)
+            else pathlib.Path(self.config.run_dir).resolve())
         self.metrics = MetricsLog(self.run_dir.path)
         self._stack = contextlib.AsyncExitStack()
         self._url: str | None = None
@@ -108,53 +122,62 @@ class Job:
         async with self._stack:
             self._stack.callback(self.metrics.close)
             for stage in STAGES:
-                if not stage.enabled(self.config):
+                if not stage.enabled(self):
                     continue
                 if not stage.marked:
                     await stage.run(self)
-                elif not self.run_dir.done(stage.name):
+                elif stage.every_start(self) or not self.run_dir.done(stage.name):
                     self.run_dir.mark(stage.name, **await stage.run(self))
 
     def run(self) -> pathlib.Path:
         """Runs (or resumes) every stage, then the report; returns the run directory."""
         started = time.monotonic()
         asyncio.run(self._run())
-        table = write_report(self.config, self.run_dir, self.metrics)
-        self.run_dir.mark("report", total_seconds=round(time.monotonic() - started, 1))
-        print("\n" + table + "\n" + report.stage_times(self.run_dir.stages())
-              + f"\nrun directory: {self.run_dir.path}")
+        if self.run_dir.done("eval_after"):
+            table = write_report(self.config, self.run_dir, self.metrics)
+            self.run_dir.mark("report", total_seconds=round(time.monotonic() - started, 1))
+            print("\n" + table + "\n" + report.stage_times(self.run_dir.stages()))
+        print(f"run directory: {self.run_dir.path}", flush=True)
+        self.topology.finish(self.run_dir.path)
         return self.run_dir.path
 
     # ------------------------------------------------------------------------- resources
 
     def demo_files(self) -> list[str]:
-        return list(self.run_dir.record("demos")["files"])
+        """The demonstrations' files, where the run played them."""
+        return list(self.run_dir.record("demos")["files"]) if self.run_dir.done("demos") else []
+
+    def start_dir(self) -> pathlib.Path:
+        """The HF directory RL starts from: the warm start's, or the pretrained model's."""
+        if self.topology.warm_starts:
+            return pathlib.Path(self.run_dir.record("sft")["policy_dir"])
+        return policy_lib.pretrained_dir(self.config.model)
 
     async def policy_and_engine(self) -> tuple[policy_lib.Policy, Any, ControllerClient]:
-        """The policy the next stage acts with (the final one once RL is done, else the warm
-        start's), the sampler serving it and the controller's client, made once."""
+        """The policy the next stage acts with (the final one once RL is done, else the one RL
+        starts from), the sampler serving it and the controller's client, made once."""
         if self._policy is None:
             # The sampler's many shapes only grow a kept heap (agentrl_jax/hostmem.py).
             hostmem.release_freed_memory()
-            directory = (self.run_dir.path / "final_model" if self.run_dir.done("rl")
-                         else pathlib.Path(self.run_dir.record("sft")["policy_dir"]))
-            self._policy = policy_lib.load_policy(directory, self.config.model.parser)
+            trained = self.run_dir.done("rl") and not self.topology.resumes_from_checkpoints
+            directory = self.run_dir.path / "final_model" if trained else self.start_dir()
+            self._policy, self._engine = self.topology.open(directory, self._stack)
             probes = CopyProbeRecord(self.run_dir.path / "copy_probe.json")
-            if not self.run_dir.done("rl") and "warm_start" not in probes.entries():
+            if (self.topology.probes and not self.run_dir.done("rl")
+                    and "warm_start" not in probes.entries()):
                 probes.add("warm_start", probe_copying(self._policy.model,
                                                        self._policy.tokenizer))
-            self._engine = self._stack.enter_context(
-                rl_stage.make_engine(self.config.rl, self._policy))
             assert self._url is not None, "the environments start before any policy stage"
             self._client = await self._stack.enter_async_context(ControllerClient(self._url))
         assert self._client is not None
         return self._policy, self._engine, self._client
 
-    async def evaluate(self, name: str, subset: str) -> None:
+    async def evaluate(self, name: str, subset: str, step: int = 0) -> None:
         policy, engine, client = await self.policy_and_engine()
         await evaluation_stage.evaluate(self.config, policy, engine, client, name,
                                         self.run_dir.path, subset=subset,
-                                        demo_files=self.demo_files())
+                                        demo_files=self.demo_files(), metrics=self.metrics,
+                                        step=step)
 
     # ------------------------------------------------------------------------- stages
 
@@ -201,16 +224,21 @@ class Job:
         tasks = {}
         for task in rl_stage.trained_tasks(config.rl, config.env.tasks):
             name = task_key(task, config.env.train_split)
-            tasks[name] = protocol.rl_indices(await client.get_indices(name),
-                                              config.demos.per_task,
-                                              config.eval.validation_per_task)
-        bar = tqdm(total=config.rl.pipeline.steps, desc="RL", unit="step")
+            tasks[name] = protocol.rl_indices(
+                await client.get_indices(name),
+                config.demos.per_task if "demos" in config else 0,
+                config.eval.get("validation_per_task", 0))   # a pod's: none held out
+        steps = config.rl.pipeline.steps
+        bar = tqdm(total=steps, desc="RL", unit="step")
         last = {"reward": 0.0, "success": 0.0}
 
         def on_step(r: Any) -> None:
             bar.n = r.step
             last.update(reward=r.metrics.get("reward_mean", 0.0),
                         success=r.metrics.get("success", 0.0))
+            bar.write(f"step {r.step}/{steps}: reward {last['reward']:.3f} success "
+                      f"{last['success']:.3f} grad_norm "
+                      f"{r.metrics.get('grad_norm', float('nan')):.3g}")
             bar.refresh()
 
         def on_progress(p: Any) -> None:   # a step takes minutes on a CPU
@@ -220,31 +248,53 @@ class Job:
 
         assert self._url is not None
         result = await rl_stage.run_rl(
-            config.rl, policy=policy, engine=engine, trainer_mesh=single_device_mesh(),
-            client=client, task_indices=tasks, run_dir=self.run_dir.path,
-            metrics=self.metrics, on_step=on_step, on_progress=on_progress, probe=probe,
-            rollouts=rollout_source(config, engine, self._url))
+            config.rl, policy=policy, engine=engine, client=client, task_indices=tasks,
+            run_dir=self.checkpoint_root, metrics=self.metrics, on_step=on_step,
+            on_progress=on_progress, probe=probe if self.topology.probes else None,
+            rollouts=rollout_source(config, engine, self._url),
+            **self.topology.rl_options(policy, engine, self._url))
         bar.close()
-        final_dir = self.run_dir.path / "final_model"
-        shutil.rmtree(final_dir, ignore_errors=True)
-        policy_lib.save_policy(policy, final_dir)
-        return {"steps": config.rl.pipeline.steps, "resumed_from": result.resumed_from}
+        self.topology.after_rl(result, self.run_dir.path)
+        if not self.topology.resumes_from_checkpoints:   # what a resumed run evaluates
+            final_dir = self.run_dir.path / "final_model"
+            shutil.rmtree(final_dir, ignore_errors=True)
+            policy_lib.save_policy(policy, final_dir)
+        return {"steps": steps, "resumed_from": result.resumed_from}
 
     async def eval_after(self) -> dict[str, Any]:
+        steps = self.config.rl.pipeline.steps   # the step its metrics are logged at
         if self.config.eval.get("validate"):
-            await self.evaluate("validation_after", "validation")
-        await self.evaluate("eval_after", "test")
+            await self.evaluate("validation_after", "validation", step=steps)
+        await self.evaluate("eval_after", "test", step=steps)
         return {}
+
+    async def export(self) -> dict[str, Any]:
+        policy, _, _ = await self.policy_and_engine()
+        target = export_stage.export(self.config, policy, self.run_dir.path)
+        print(f"trained policy: {target}", flush=True)
+        return {"dir": target}
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("demos", Job.demos),
+    Stage("demos", Job.demos, lambda job: job.topology.warm_starts),
     Stage("environments", Job.serve_environments, marked=False),
-    Stage("sft", Job.sft),
-    Stage("eval_before", Job.eval_before, lambda config: bool(config.eval.before_rl)),
-    Stage("rl", Job.rl),
-    Stage("eval_after", Job.eval_after),
+    Stage("sft", Job.sft, lambda job: job.topology.warm_starts),
+    Stage("eval_before", Job.eval_before, lambda job: bool(job.config.eval.before_rl)),
+    Stage("rl", Job.rl, every_start=lambda job: job.topology.resumes_from_checkpoints),
+    Stage("eval_after", Job.eval_after,
+          lambda job: bool(job.config.eval.get("after_rl", True))),
+    Stage("export", Job.export, lambda job: "export" in job.config),
 )
+
+
+def topology_of(config: ml_collections.ConfigDict) -> Topology:
+    """The topology `config.topology` names (`experiment/topology.py`): "local" or "pod"."""
+    name = config.get("topology", "local")
+    if name == "local":
+        return LocalTopology(config)
+    if name == "pod":
+        return pod_job.PodTopology(config)
+    raise ValueError(f"topology must be one of {TOPOLOGIES}, not {name!r}")
 
 
 def rollout_source(config: ml_collections.ConfigDict, engine: Any, url: str) -> Any:
@@ -262,9 +312,16 @@ def rollout_source(config: ml_collections.ConfigDict, engine: Any, url: str) -> 
     raise ValueError(f"rollouts must be 'agent_loop' or 'openai_agent', not {rollouts!r}")
 
 
-def run_job(config: ml_collections.ConfigDict, environments: Environments) -> pathlib.Path:
-    """Runs (or resumes) the job of `config`; returns its run directory."""
-    return Job(config, environments).run()
+def run_job(config: ml_collections.ConfigDict, environments: Environments,
+            topology: Topology | None = None) -> pathlib.Path | None:
+    """Runs (or resumes) the job of `config` on `topology` (default `config.topology`'s);
+    returns its run directory, or None in a process that only follows the leader's."""
+    config = run_config.resolve(config)
+    topology = topology or topology_of(config)
+    if not topology.leads:
+        topology.follow()
+        return None
+    return Job(config, environments, topology).run()
 
 
 def game_stage_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -1,11 +1,15 @@
-"""The main job on a TPU pod (or any multi-host JAX cluster): RL against an environment fleet.
+"""The job on a TPU pod (or any multi-host JAX cluster): `config.topology = "pod"`.
 
-Every process runs `run(config)` after `multihost.initialize`. Process 0 leads: its first
-sampler replica in process, the controller, the RL pipeline, evaluation (the shared evaluation
-stage, `experiment/evaluation_stage.py`) and export; every other process follows, training with
-it (SPMD) and, with sampler replicas of its own, sampling for it through the leader's rollout
-hub (`pipeline/host_sampler.py`). How the processes divide the work is described in
-`pipeline/multihost.py`; the meshes come from `pipeline/pod_layout.py`.
+Every process builds a `PodTopology` after `multihost.initialize` and runs
+`experiment.job.run_job` with it. Process 0 leads: it runs the job's graph of stages
+(`experiment/job.py`: evaluation, RL, evaluation, export, report, each marked in the local run
+directory), with its first sampler replica in process and the RL pipeline; every other process
+follows, training with it (SPMD) in the RL stage and, with sampler replicas of its own,
+sampling for it through the leader's rollout hub (`pipeline/host_sampler.py`). How the
+processes divide the work is described in `pipeline/multihost.py`; the meshes come from
+`pipeline/pod_layout.py`. The RL stage runs on every start (the followers train only inside
+it): a resumed run continues from its last checkpoint, one resumed after its last step trains
+nothing and restores the trained weights for the stages after it.
 
 Steps, on every process unless marked:
   1. `jax.distributed.initialize` (multi-host; before any JAX computation)
@@ -20,7 +24,7 @@ Steps, on every process unless marked:
      is a `pipeline.host_sampler.HostSampler` that claims groups from process 0's rollout hub
      (whose URL process 0 sends first) and takes its weights from the trainer's gather on its
      own process
-  4. RL through the controller at `env.controller_url` (required; an AgentRL controller or
+  4. RL through the controller at `env.controller_url` (an AgentRL controller or
      `python -m launch.env_fleet`), checkpointed to `run_dir/checkpoints` (a local path or a
      bucket URL; on several hosts it must be storage every host reaches); a restarted run
      resumes there
@@ -28,20 +32,19 @@ Steps, on every process unless marked:
   6. process 0: the trained policy exported as an HF directory (`export.dir`, default
      `run_dir/final_model`)
 
-Metrics, evaluation results and TensorBoard go to `log_dir` (default: `run_dir` when it is
-local); with a bucket `run_dir` they are written locally and copied to `run_dir/logs` at the
-end. The config is resolved and frozen once (`experiment/run_config.py`) before any process
-joins the others.
+The stage markers, config.json, metrics, evaluation results and TensorBoard go to `log_dir`
+(default: `run_dir` when it is local, `experiment/run_dir.local_dir`); with a bucket `run_dir`
+they are written locally and copied to `run_dir/logs` at the end. The config is resolved and
+frozen once (`experiment/run_config.py`) before any process joins the others.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import functools
 import json
 import os
 import pathlib
-import shutil
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -51,14 +54,12 @@ import jax.numpy as jnp
 import ml_collections
 from jax.sharding import Mesh
 
-from agentrl_jax.controller.client import ControllerClient
-from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.experiment import policy as policy_lib
-from agentrl_jax.experiment import rl_stage, run_config
-from agentrl_jax.experiment.evaluation_stage import evaluate
-from agentrl_jax.experiment.metrics import MetricsLog
+from agentrl_jax.experiment import rl_stage
+from agentrl_jax.experiment.export_stage import copy_files
+from agentrl_jax.experiment.run_dir import is_url
 from agentrl_jax.models.decoder import Decoder
-from agentrl_jax.models.hf_io import load_hf, save_hf
+from agentrl_jax.models.hf_io import load_hf
 from agentrl_jax.pipeline import multihost, pod_layout
 from agentrl_jax.pipeline.host_sampler import HostSampler, feed, replica_name
 from agentrl_jax.pipeline.pod_layout import Layout
@@ -82,12 +83,12 @@ SETUP = "setup"  # the leader's first message when the followers sample: the hub
 # ----------------------------------------------------------------------------- config
 
 
-def is_url(path: str) -> bool:
-    return "://" in path
-
-
 def check_config(config: ml_collections.ConfigDict) -> None:
-    """Refuses a config this launcher cannot run, with what to set (before anything starts)."""
+    """Refuses a config a pod cannot run, with what to set (before anything starts)."""
+    if config.get("topology") != "pod":
+        raise ValueError(f"topology is {config.get('topology')!r}: a pod runs a config with "
+                         "topology='pod' (configs/agentbench_fc/); run the others with "
+                         "launch.local")
     if not config.env.controller_url:
         raise ValueError("env.controller_url is empty: this launcher trains against an existing "
                          "environment fleet; pass --config.env.controller_url=http://HOST:5020/api"
@@ -115,15 +116,6 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     trainer_config(config.rl)   # a trainer temperature apart from the sampler's
 
 
-def log_dir_of(config: ml_collections.ConfigDict) -> pathlib.Path:
-    """Where metrics and eval results are written (always a local directory)."""
-    if config.log_dir:
-        return pathlib.Path(config.log_dir)
-    if is_url(config.run_dir):
-        return pathlib.Path("runs") / config.run_dir.rstrip("/").rsplit("/", 1)[-1]
-    return pathlib.Path(config.run_dir)
-
-
 # ----------------------------------------------------------------------------- samplers
 
 
@@ -143,30 +135,6 @@ def load_trainer_models(config: ml_collections.ConfigDict, policy_dir: pathlib.P
 
 
 # ----------------------------------------------------------------------------- the leader
-
-
-def export(config: ml_collections.ConfigDict, policy: policy_lib.Policy,
-           log_dir: pathlib.Path) -> str:
-    """The trained policy as an HF directory (written locally, then copied to a bucket)."""
-    target = config.export.dir or os.path.join(config.run_dir, "final_model")
-    local = log_dir / "final_model" if is_url(target) else pathlib.Path(target)
-    shutil.rmtree(local, ignore_errors=True)
-    save_hf(policy.model, local, dtype=_dtype(config.export.dtype))
-    policy.tokenizer.save_pretrained(local)
-    if is_url(target):
-        copy_files(local, target)
-    return target
-
-
-def copy_files(local: pathlib.Path, url: str) -> None:
-    """The plain files of `local` (not its subdirectories) into the bucket folder `url`."""
-    from etils import epath
-
-    destination = epath.Path(url)
-    destination.mkdir(parents=True, exist_ok=True)
-    for path in sorted(local.iterdir()):
-        if path.is_file():
-            (destination / path.name).write_bytes(path.read_bytes())
 
 
 def load_sampler_policy(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
@@ -215,10 +183,10 @@ def device_transfer(config: ml_collections.ConfigDict) -> bool:
 
 
 def hub_settings(config: ml_collections.ConfigDict, policy: policy_lib.Policy, engine,
-                 policy_dir: pathlib.Path) -> HubSettings:
+                 policy_dir: pathlib.Path, controller_url: str) -> HubSettings:
     """What the leader's rollout hub serves the host samplers (with LoRA, `rl_stage.run_rl`
     adds the adapters' base once the trainer exists)."""
-    spec = make_spec(policy.model.cfg, str(policy_dir), config.env.controller_url,
+    spec = make_spec(policy.model.cfg, str(policy_dir), controller_url,
                      engine.engine.config,
                      rl_stage.agent_spec(config.rl, policy, config.rl.pipeline.stale_policy_ratio))
     return HubSettings(spec)
@@ -241,83 +209,6 @@ def hub_starter(config: ml_collections.ConfigDict, layout: Layout,
         start_own(url.replace("//0.0.0.0:", "//127.0.0.1:"))
 
     return start
-
-
-async def lead(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathlib.Path,
-               model: Decoder, reference: Decoder | None,
-               make_driver: Callable[..., TrainerDriver],
-               channel: multihost.Channel | None = None) -> rl_stage.RLResult:
-    """Process 0: its first sampler replica in process, the controller, the RL pipeline,
-    evaluation and export. With more replicas (its own further ones, the followers'), their
-    rollout hub, whose URL goes to the followers over `channel` (the set-up message), and
-    whose record is written to `log_dir/rollout_hub.json` at the end; the leader's further
-    replicas take each weight version from its driver (`on_weights`). On several processes
-    (`mesh.weight_transfer="device"`, no LoRA) the trainer's gather is placed on every replica
-    of this host device to device, the first's copy going to the pipeline as `PlacedWeights`;
-    otherwise the weights come through this host's memory."""
-    log_dir = log_dir_of(config)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / "config.json").write_text(config.to_json(indent=1, sort_keys=True))
-    metrics = MetricsLog(log_dir)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-    policy = policy_lib.Policy(model, tokenizer, config.model.parser)
-    (first_engine, *extra_engines), shardings = replica_engines(config, policy_dir,
-                                                                layout.samplers, tokenizer)
-    own: list[HostSampler] = []
-    # Several processes: the trainer's gather lands on every replica of this host, device to
-    # device (one process: the local driver's device copy goes to the replicas' own devices).
-    device = channel is not None and device_transfer(config)
-    if device:
-        make_driver = functools.partial(make_driver, place=onto_each(shardings))
-    try:
-        with first_engine as engine:
-            remote = start_hub = None
-            if layout.needs_hub:
-                remote = hub_settings(config, policy, engine, policy_dir)
-                start_hub = hub_starter(config, layout, channel, lambda url: start_host_samplers(
-                    config, url, extra_engines, 1, device=device, into=own))
-                make_driver = functools.partial(make_driver,
-                                                on_weights=feed(own, device=device, first=1))
-            async with ControllerClient(config.env.controller_url) as client:
-                if config.eval.before_rl:
-                    await evaluate(config, policy, engine, client, "eval_before", log_dir,
-                                   metrics=metrics)
-                tasks = {}
-                for task in rl_stage.trained_tasks(config.rl, config.env.tasks):
-                    name = task_key(task, config.env.train_split)
-                    tasks[name] = await client.get_indices(name)
-
-                def on_step(report) -> None:
-                    values = report.metrics
-                    print(f"step {report.step}/{config.rl.pipeline.steps}: reward "
-                          f"{values.get('reward_mean', 0):.3f} success "
-                          f"{values.get('success', 0):.3f} grad_norm "
-                          f"{values.get('grad_norm', float('nan')):.3g}", flush=True)
-
-                try:
-                    result = await rl_stage.run_rl(
-                        config.rl, policy=policy, engine=engine, trainer_mesh=layout.trainer,
-                        client=client, task_indices=tasks, run_dir=config.run_dir,
-                        metrics=metrics, on_step=on_step, reference=reference,
-                        make_driver=make_driver, remote=remote, start_hub=start_hub)
-                finally:
-                    for sampler in own:
-                        sampler.stop()
-                if result.hub is not None:
-                    (log_dir / "rollout_hub.json").write_text(
-                        json.dumps(result.hub.report(), indent=1))
-                if config.eval.after_rl:
-                    await evaluate(config, policy, engine, client, "eval_after", log_dir,
-                                   metrics=metrics, step=config.rl.pipeline.steps)
-        target = export(config, policy, log_dir)
-        print(f"trained policy: {target}", flush=True)
-    finally:
-        metrics.close()
-    if is_url(config.run_dir):
-        copy_files(log_dir, os.path.join(config.run_dir, "logs"))
-    return result
 
 
 # ----------------------------------------------------------------------------- followers
@@ -364,27 +255,96 @@ def follow(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathli
             sampler.stop()
 
 
-# ----------------------------------------------------------------------------- the job
+# ----------------------------------------------------------------------------- the topology
 
 
-def run(config: ml_collections.ConfigDict) -> TrainState:
-    """Runs this process's part of the job (after `multihost.initialize`); returns its final
-    train state (on several processes, each holds its own shards)."""
-    config = run_config.resolve(config)
-    check_config(config)
-    layout = pod_layout.build_layout(config.mesh)
-    policy_dir = policy_lib.pretrained_dir(config.model)
-    model, reference = load_trainer_models(config, policy_dir, layout.trainer)
-    make_driver: Callable[..., TrainerDriver] = TrainerDriver
-    channel = None
-    if jax.process_count() > 1:
-        channel = multihost.Channel(list(layout.trainer.devices.flat))
-        make_driver = functools.partial(MultiHostDriver, channel=channel,
-                                        sampler_dtype=config.rl.engine.get("compute_dtype"))
-    if not multihost.is_leader():
-        assert channel is not None, "a follower is one of several processes"
-        return follow(config, layout, policy_dir, model, reference, channel)
-    result = asyncio.run(lead(config, layout, policy_dir, model, reference, make_driver,
-                              channel))
-    result.driver.done()  # the followers return (they waited for evaluation and export)
-    return result.state
+class PodTopology:
+    """The pod's part of the job (`experiment/topology.py`'s `Topology`): made on every
+    process, which loads its shards of the trainer's models and joins the others' channel;
+    process 0 leads the job's graph, the others `follow`. `state`: this process's final train
+    state once RL is over (on several processes, each holds its own shards).
+
+    The leader's first sampler replica is the pipeline's engine; with more replicas (its own
+    further ones, the followers'), the RL stage serves them through its rollout hub, whose URL
+    goes to the followers over the channel (the set-up message) and whose record is written
+    to LOG_DIR/rollout_hub.json. The leader's further replicas take each weight version from
+    its driver. On several processes (`mesh.weight_transfer="device"`, no LoRA) the trainer's
+    gather is placed on every replica of a host device to device, the first's copy going to
+    the pipeline as `PlacedWeights`; otherwise the weights come through host memory."""
+
+    warm_starts = False
+    resumes_from_checkpoints = True
+    probes = False   # a forward pass on the leader alone: the trainer's mesh spans the pod
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        check_config(config)
+        self.config = config
+        self.layout = pod_layout.build_layout(config.mesh)
+        self.policy_dir = policy_lib.pretrained_dir(config.model)
+        self.model, self.reference = load_trainer_models(config, self.policy_dir,
+                                                         self.layout.trainer)
+        self.channel: multihost.Channel | None = None
+        self.make_driver: Callable[..., TrainerDriver] = TrainerDriver
+        if jax.process_count() > 1:
+            self.channel = multihost.Channel(list(self.layout.trainer.devices.flat))
+            self.make_driver = functools.partial(
+                MultiHostDriver, channel=self.channel,
+                sampler_dtype=config.rl.engine.get("compute_dtype"))
+        self.leads = multihost.is_leader()
+        self.state: TrainState | None = None
+        self._driver: TrainerDriver | None = None
+        self._extra_engines: list[AsyncSamplingEngine] = []
+        self._own: list[HostSampler] = []
+        # Several processes: the trainer's gather lands on every replica of this host, device
+        # to device (one process: the local driver's device copy goes to the replicas' own).
+        self._device = self.channel is not None and device_transfer(config)
+
+    def open(self, policy_dir: pathlib.Path, stack: contextlib.AsyncExitStack
+             ) -> tuple[policy_lib.Policy, AsyncSamplingEngine]:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
+        policy = policy_lib.Policy(self.model, tokenizer, self.config.model.parser)
+        (first, *self._extra_engines), shardings = replica_engines(
+            self.config, self.policy_dir, self.layout.samplers, tokenizer)
+        if self._device:
+            self.make_driver = functools.partial(self.make_driver, place=onto_each(shardings))
+        stack.callback(self._stop_own_samplers)
+        return policy, stack.enter_context(first)
+
+    def rl_options(self, policy: policy_lib.Policy, engine: AsyncSamplingEngine,
+                   controller_url: str) -> dict[str, Any]:
+        config, options = self.config, {}
+        make_driver = self.make_driver
+        if self.layout.needs_hub:
+            options["remote"] = hub_settings(config, policy, engine, self.policy_dir,
+                                             controller_url)
+            options["start_hub"] = hub_starter(
+                config, self.layout, self.channel, lambda url: start_host_samplers(
+                    config, url, self._extra_engines, 1, device=self._device, into=self._own))
+            make_driver = functools.partial(make_driver, on_weights=feed(
+                self._own, device=self._device, first=1))
+        return {**options, "trainer_mesh": self.layout.trainer, "reference": self.reference,
+                "make_driver": make_driver}
+
+    def after_rl(self, result: rl_stage.RLResult, local_dir: pathlib.Path) -> None:
+        self._stop_own_samplers()
+        self.state, self._driver = result.state, result.driver
+        if result.hub is not None:
+            (local_dir / "rollout_hub.json").write_text(json.dumps(result.hub.report(),
+                                                                   indent=1))
+
+    def finish(self, local_dir: pathlib.Path) -> None:
+        if self._driver is not None:
+            self._driver.done()   # the followers return (they waited for evaluation, export)
+        if is_url(self.config.run_dir):
+            copy_files(local_dir, os.path.join(self.config.run_dir, "logs"))
+
+    def follow(self) -> None:
+        assert self.channel is not None, "a follower is one of several processes"
+        self.state = follow(self.config, self.layout, self.policy_dir, self.model,
+                            self.reference, self.channel)
+
+    def _stop_own_samplers(self) -> None:
+        while self._own:
+            self._own.pop().stop()

@@ -5,6 +5,9 @@ start's policy directory, the demonstrations' files), only once its outputs are 
 the record is replaced atomically: rerunning the same command after a crash, even `kill -9`,
 skips the finished stages. The run's resolved config is written beside it (`config.json`); a
 directory made with another config is refused rather than resumed with mixed settings.
+
+`run_dir` may be a bucket URL (`gs://bucket/run`, a pod's): the checkpoints go there, and
+everything else is written to a local directory (`local_dir`), copied beneath it at the end.
 """
 
 from __future__ import annotations
@@ -17,6 +20,21 @@ from typing import Any
 import ml_collections
 
 from agentrl_jax import stage_clock
+
+
+def is_url(path: str) -> bool:
+    """Whether `path` is a URL (a bucket) rather than a local path."""
+    return "://" in path
+
+
+def local_dir(config: ml_collections.ConfigDict) -> pathlib.Path:
+    """Where the run writes its markers, config, metrics and results: `log_dir` where the
+    config sets one, else `run_dir`, or runs/NAME when `run_dir` is a bucket URL."""
+    if config.get("log_dir"):
+        return pathlib.Path(config.log_dir)
+    if is_url(config.run_dir):
+        return pathlib.Path("runs") / config.run_dir.rstrip("/").rsplit("/", 1)[-1]
+    return pathlib.Path(config.run_dir)
 
 
 class RunDir:
@@ -66,11 +84,17 @@ class RunDir:
         tmp.write_text(json.dumps(stages, indent=1) + "\n")
         tmp.replace(self._stages_file)   # atomic: a kill never leaves a torn file
 
-    def check_config(self, config: ml_collections.ConfigDict) -> None:
-        """Writes config.json; refuses to resume a run directory made with another config."""
+    def check_config(self, config: ml_collections.ConfigDict, *, restart: bool = False) -> None:
+        """Writes config.json. A run directory made with another config is refused, or with
+        `restart` (a run whose state is its checkpoints) has its stage markers dropped, so
+        that every stage runs again with the new config."""
         path = self.path / "config.json"
         text = config.to_json(indent=1, sort_keys=True)
         if path.exists() and self.stages() and path.read_text() != text:
-            raise SystemExit(f"{self.path} holds a run with a different config; pass another "
-                             "--config.run_dir or delete it")
+            if not restart:
+                raise SystemExit(f"{self.path} holds a run with a different config; pass "
+                                 "another --config.run_dir or delete it")
+            print(f"{self.path}: the config changed; every stage runs again (RL resumes from "
+                  "its checkpoints)", flush=True)
+            self._stages_file.unlink()
         path.write_text(text)

@@ -9,6 +9,7 @@ import ml_collections
 import pytest
 
 from agentrl_jax.experiment import job, run_config
+from agentrl_jax.experiment.topology import Environments
 from configs import local_default
 
 
@@ -16,7 +17,7 @@ def _never(*args):
     raise AssertionError("no stage may run")
 
 
-NO_ENVIRONMENTS = job.Environments(prepare=_never, serve=_never)
+NO_ENVIRONMENTS = Environments(prepare=_never, serve=_never)
 
 
 def test_a_trainer_temperature_apart_from_the_samplers_is_refused_before_any_stage(tmp_path):

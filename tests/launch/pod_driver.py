@@ -7,7 +7,8 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from agentrl_jax.experiment import pod_job
+from agentrl_jax.experiment import job, pod_job
+from agentrl_jax.experiment.topology import REMOTE
 from launch import tpu_pod
 
 flags.DEFINE_string("shards_out", None, "where to write this process's parameter shards")
@@ -18,7 +19,10 @@ def path_key(path) -> str:
 
 
 def main(argv: list[str]) -> None:
-    state = pod_job.run(tpu_pod.start(argv))
+    config = tpu_pod.start(argv)
+    topology = pod_job.PodTopology(config)
+    job.run_job(config, REMOTE, topology)
+    state = topology.state
     arrays = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
         for k, shard in enumerate(leaf.addressable_shards):

@@ -16,6 +16,7 @@ import pytest
 
 from agentrl_jax.controller.task_keys import task_key
 from agentrl_jax.experiment.job import GAME_STAGE_DIR
+from agentrl_jax.experiment.run_report import EVALUATIONS
 from environments.registry import AGENTBENCH_FC
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -138,7 +139,8 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
     assert "First calls and copying, eval after" in (run_dir / "results.md").read_text()
     assert (run_dir / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     everything = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert {r["stage"] for r in everything} == {"sft", "rl", "rl_probe"}
+    assert {r["stage"] for r in everything} == {"sft", "rl", "rl_probe", *EVALUATIONS}
+    assert {r["step"] for r in everything if r["stage"].endswith("_after")} == {5}
     probes = json.loads((run_dir / "copy_probe.json").read_text())
     assert "warm_start" in probes and "rl_step_5" in probes
     assert all(0 < p["copy_probe_nll"] < 3 * p["copy_probe_ln_v"] for p in probes.values())

@@ -355,11 +355,14 @@ def test_lora_over_two_processes_syncs_adapters_and_checks_the_base(tokenizer, c
         assert not any(line.startswith("step ") for line in log.splitlines())
 
 
-@pytest.mark.slow   # ~70 s; the default run keeps the launcher's multi-process run (above)
-def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
+@pytest.mark.slow   # ~90 s; the default run keeps the launcher's multi-process run (above)
+def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path, capsys):
     """Without jax.distributed (one host): two sampler replicas on devices 0 and 1 (the
-    pipeline's engine, and a host sampler fed by the local driver), the trainer on the other 6."""
-    from agentrl_jax.experiment import pod_job
+    pipeline's engine, and a host sampler fed by the local driver), the trainer on the other 6.
+    The stages are the job's graph, marked in the run directory; a second start trains nothing
+    and restores the trained weights, and a changed config (more steps) resumes RL."""
+    from agentrl_jax.experiment import job, pod_job
+    from agentrl_jax.experiment.topology import REMOTE
     from tests.launch import tiny_pod_config
 
     config = tiny_pod_config.get_config()
@@ -368,8 +371,18 @@ def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
     config.run_dir = str(tmp_path / "run")
     config.eval.after_rl = False
     config.mesh.update(sampler_devices=2, sampler_tensor_parallel=1, hub_host="127.0.0.1")
-    state = pod_job.run(config)
+
+    def start(config):
+        topology = pod_job.PodTopology(config)
+        assert job.run_job(config, REMOTE, topology) == (tmp_path / "run").resolve()
+        return topology.state, json.loads((tmp_path / "run" / "stages.json").read_text())
+
+    state, stages = start(config)
     assert int(state.step) == STEPS
+    assert list(stages) == ["rl", "export"]   # no warm start, no evaluation (eval.after_rl)
+    assert stages["rl"]["resumed_from"] is None
+    written = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert written["topology"] == "pod" and written["rl"]["pipeline"]["steps"] == STEPS
     check_lockstep_records(tmp_path / "run")
     hub = json.loads((tmp_path / "run" / "rollout_hub.json").read_text())
     assert set(hub) == {"process0-1"}, hub
@@ -379,14 +392,27 @@ def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path):
     for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
         np.testing.assert_array_equal(np.asarray(leaf), final[path_key(path)])
 
+    capsys.readouterr()
+    again, stages = start(config)   # the same command: RL resumes after its last step
+    assert int(again.step) == STEPS and stages["rl"]["resumed_from"] == STEPS
+    printed = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("step ") for line in printed)   # trained nothing
+    for path, leaf in jax.tree_util.tree_flatten_with_path(again.params)[0]:
+        np.testing.assert_array_equal(np.asarray(leaf), final[path_key(path)])
+
+    more = config.copy_and_resolve_references()
+    more.rl.pipeline.steps = STEPS + 1
+    more_state, stages = start(more)   # another config: the graph again over the checkpoints
+    assert int(more_state.step) == STEPS + 1 and stages["rl"]["resumed_from"] == STEPS
+    assert list(stages) == ["rl", "export"]
+
 
 def test_bucket_run_dirs_reach_orbax_untouched(monkeypatch):
     """A gs:// run_dir must not be folded into a local path on the way to Orbax."""
-    import ml_collections
     from etils import epath
 
     from agentrl_jax import checkpoint
-    from agentrl_jax.experiment import pod_job, rl_stage
+    from agentrl_jax.experiment import rl_stage
 
     url = "gs://bucket/agentrl/run"
     assert rl_stage.checkpoint_dir(url) == url + "/checkpoints"
@@ -402,6 +428,3 @@ def test_bucket_run_dirs_reach_orbax_untouched(monkeypatch):
     checkpoint.CheckpointManager(rl_stage.checkpoint_dir(url))
     assert seen == [url + "/checkpoints"]
     assert str(epath.Path(seen[0]) / "1") == url + "/checkpoints/1"  # as Orbax joins steps
-    # Metrics and results of a bucket run are written locally (then copied to run_dir/logs).
-    config = ml_collections.ConfigDict(dict(run_dir=url + "/", log_dir=""))
-    assert pod_job.log_dir_of(config) == pathlib.Path("runs/run")
