@@ -19,7 +19,8 @@ in a fresh run directory, one arm after the other on the same fleet:
 
 The cost of an arm is its RL wall time (first step's compilations included, as a run pays them)
 over the episodes it trained (`num_rollouts_trained`); `cost_ratio` is current over earlier,
-and the same over the steps after the first (`steady_cost_ratio`), where compilation is done.
+the same less each arm's compilation time (`uncompiled_cost_ratio`, from the stage clock), and
+over the steps after the first (`steady_cost_ratio`, with `--steps` of 2 or more).
 Per arm the JSON also has the groups drawn and discarded for want of reward variance, the
 episodes and tokens played and trained, and the seconds per trained token, since the arms
 train different tasks, whose episodes differ in length.
@@ -142,9 +143,10 @@ def summarise(arm: str, config, reports: list[dict[str, float]], started: float,
         "episodes_trained": trained,
         "tokens_trained": total("num_loss_tokens"),
         "seconds_per_trained_episode": round(seconds / trained, 2) if trained else float("inf"),
-        "steady_seconds_per_trained_episode": (round(steady_seconds / steady_trained, 2)
-                                               if steady_trained else float("inf")),
     }
+    if steady:   # the steps after the first, where nothing compiles any more
+        figures["steady_seconds_per_trained_episode"] = (
+            round(steady_seconds / steady_trained, 2) if steady_trained else float("inf"))
     figures["ms_per_trained_token"] = (round(1e3 * seconds / figures["tokens_trained"], 2)
                                        if figures["tokens_trained"] else float("inf"))
     print(f"{arm}: {figures}")
@@ -193,12 +195,17 @@ async def main_async(args) -> dict[str, Any]:
     print("Where each arm's wall clock went (exclusive shares, agentrl_jax/stage_clock.py):")
     print(stage_clock.table(splits))
     figures.update({f"clock_{k}": round(v, 3) for k, v in stage_clock.flat_figures(splits).items()})
-    if all(f"{a}_seconds_per_trained_episode" in figures for a in ARMS):
-        for key, name in (("seconds_per_trained_episode", "cost_ratio"),
-                          ("steady_seconds_per_trained_episode", "steady_cost_ratio")):
+    for arm in ARMS:   # the arm's time less its compilations, per trained episode
+        compile_s = figures.get(f"clock_{arm}_compile_seconds")
+        if compile_s is not None and figures.get(f"{arm}_episodes_trained"):
+            figures[f"{arm}_uncompiled_seconds_per_trained_episode"] = round(
+                (figures[f"{arm}_seconds"] - compile_s) / figures[f"{arm}_episodes_trained"], 2)
+    for key, name in (("seconds_per_trained_episode", "cost_ratio"),
+                      ("uncompiled_seconds_per_trained_episode", "uncompiled_cost_ratio"),
+                      ("steady_seconds_per_trained_episode", "steady_cost_ratio")):
+        if all(f"{a}_{key}" in figures for a in ARMS):
             figures[name] = round(figures[f"current_{key}"] / figures[f"earlier_{key}"], 3)
-        print(f"current / earlier, seconds per trained episode: {figures['cost_ratio']} "
-              f"(after the first step: {figures['steady_cost_ratio']})")
+            print(f"current / earlier, {key.replace('_', ' ')}: {figures[name]}")
     return figures
 
 
