@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from environments.kg.owned_store import OwnedDir
 
 DEFAULT_PROCESSES = 4
 DEFAULT_DEADLINE_S = 30.0
@@ -80,26 +80,28 @@ class QueryProcesses:
     """A SPARQL backend over an on-disk copy of the graph, queried in killable children."""
 
     def __init__(self, store_dir: str, processes: int = DEFAULT_PROCESSES,
-                 deadline_s: float = DEFAULT_DEADLINE_S, owns_dir: bool = False) -> None:
+                 deadline_s: float = DEFAULT_DEADLINE_S, owned: OwnedDir | None = None) -> None:
         self.store_dir = store_dir
         self.deadline_s = deadline_s
-        self._owns_dir = owns_dir
+        self._owned = owned   # the store's folder, removed on close (or by the next owner)
         self._slots = threading.BoundedSemaphore(processes)
         self._idle: list[_Child] = []
         self._lock = threading.Lock()
 
     @classmethod
     def from_ntriples(cls, data: bytes | str, **kwargs: Any) -> QueryProcesses:
-        """Loads N-Triples into a fresh on-disk store in a temporary folder, removed on close."""
+        """Loads N-Triples into a fresh on-disk store in a temporary folder, removed on close,
+        or by the next worker to start if this one is killed first (`owned_store`)."""
         import pyoxigraph
 
-        store_dir = tempfile.mkdtemp(prefix="agentrl-kg-")
+        owned = OwnedDir()
+        store_dir = os.path.join(owned.path, "store")
         store = pyoxigraph.Store(store_dir)
         store.bulk_load(data.encode() if isinstance(data, str) else data,
                         format=pyoxigraph.RdfFormat.N_TRIPLES)
         store.flush()
         del store   # releases the database lock, so children can open it
-        return cls(store_dir, owns_dir=True, **kwargs)
+        return cls(store_dir, owned=owned, **kwargs)
 
     def select(self, query: str) -> list[dict[str, str]]:
         """A query outside any session (e.g. reading the schema), under the same deadline."""
@@ -117,8 +119,8 @@ class QueryProcesses:
             idle, self._idle = self._idle, []
         for child in idle:
             child.kill()
-        if self._owns_dir:
-            shutil.rmtree(self.store_dir, ignore_errors=True)
+        if self._owned is not None:
+            self._owned.remove()
 
     # The sessions' side. --------------------------------------------------------------------
 
