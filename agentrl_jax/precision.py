@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import pathlib
+from typing import Any
 
 AUTO = "auto"
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of native bf16 dots
@@ -45,3 +46,12 @@ def resolve(dtype: str | None) -> str | None:
     if dtype != AUTO:
         return dtype
     return "bfloat16" if native_bf16() else None
+
+
+def jax_dtype(dtype: Any) -> Any:
+    """`resolve(dtype)` as a JAX dtype (from a name, "auto", or a dtype), or None where the
+    model keeps its own."""
+    import jax.numpy as jnp
+
+    name = resolve(dtype)
+    return jnp.dtype(name) if name else None

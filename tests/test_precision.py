@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from agentrl_jax import precision
@@ -26,3 +27,13 @@ def test_auto_on_an_accelerator_is_bf16_and_other_values_pass_through(monkeypatc
     assert precision.resolve("float32") == "float32"
     assert precision.resolve(None) is None
 
+
+
+@pytest.mark.parametrize("native,expected", [(True, jnp.bfloat16), (False, None)])
+def test_jax_dtype_resolves_auto_and_takes_names_and_dtypes(monkeypatch, native, expected):
+    monkeypatch.setattr(precision, "native_bf16", lambda: native)
+    assert precision.jax_dtype("auto") == expected   # a pod's sampler, a trainer's gather
+    assert precision.jax_dtype("bfloat16") == jnp.bfloat16
+    assert precision.jax_dtype(jnp.float32) == jnp.float32
+    assert precision.jax_dtype(None) is None
+    assert precision.jax_dtype("") is None

@@ -11,9 +11,9 @@ import os
 import pathlib
 import shutil
 
-import jax.numpy as jnp
 import ml_collections
 
+from agentrl_jax import precision
 from agentrl_jax.experiment.policy import Policy
 from agentrl_jax.experiment.run_dir import is_url
 from agentrl_jax.models.hf_io import save_hf
@@ -24,8 +24,7 @@ def export(config: ml_collections.ConfigDict, policy: Policy, local_dir: pathlib
     target = config.export.dir or os.path.join(config.run_dir, "final_model")
     local = local_dir / "final_model" if is_url(target) else pathlib.Path(target)
     shutil.rmtree(local, ignore_errors=True)
-    dtype = jnp.dtype(config.export.dtype) if config.export.dtype else None
-    save_hf(policy.model, local, dtype=dtype)
+    save_hf(policy.model, local, dtype=precision.jax_dtype(config.export.dtype))
     policy.tokenizer.save_pretrained(local)
     if is_url(target):
         copy_files(local, target)

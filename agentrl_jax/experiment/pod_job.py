@@ -50,10 +50,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 from jax.sharding import Mesh
 
+from agentrl_jax import precision
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.experiment.export_stage import copy_files
@@ -119,10 +119,6 @@ def check_config(config: ml_collections.ConfigDict) -> None:
 # ----------------------------------------------------------------------------- samplers
 
 
-def _dtype(name: str | None) -> Any:
-    return jnp.dtype(name) if name else None
-
-
 def load_trainer_models(config: ml_collections.ConfigDict, policy_dir: pathlib.Path,
                         mesh: Mesh) -> tuple[Decoder, Decoder | None]:
     """The policy on the trainer mesh (fp32 master weights) and the KL reference (bf16)."""
@@ -141,7 +137,7 @@ def load_sampler_policy(config: ml_collections.ConfigDict, policy_dir: pathlib.P
                         mesh: Mesh, tokenizer: Any) -> policy_lib.Policy:
     """A sampler replica's own copy, on its own devices, in the engine's dtype
     (`rl.engine.compute_dtype`; unset: as stored)."""
-    dtype = _dtype(config.rl.engine.get("compute_dtype"))
+    dtype = precision.jax_dtype(config.rl.engine.get("compute_dtype"))
     model = load_hf(policy_dir, mesh=mesh,
                     **({"dtype": dtype, "param_dtype": dtype} if dtype is not None else {}))
     return policy_lib.Policy(model, tokenizer, config.model.parser)
@@ -295,6 +291,7 @@ class PodTopology:
         self._driver: TrainerDriver | None = None
         self._extra_engines: list[AsyncSamplingEngine] = []
         self._own: list[HostSampler] = []
+        self._place: Any = None
         # Several processes: the trainer's gather lands on every replica of this host, device
         # to device (one process: the local driver's device copy goes to the replicas' own).
         self._device = self.channel is not None and device_transfer(config)
@@ -307,8 +304,8 @@ class PodTopology:
         policy = policy_lib.Policy(self.model, tokenizer, self.config.model.parser)
         (first, *self._extra_engines), shardings = replica_engines(
             self.config, self.policy_dir, self.layout.samplers, tokenizer)
-        if self._device:
-            self.make_driver = functools.partial(self.make_driver, place=onto_each(shardings))
+        # Where the trainer's gather lands: the replicas' own devices (`_device`).
+        self._place = onto_each(shardings) if self._device else None
         stack.callback(self._stop_own_samplers)
         return policy, stack.enter_context(first)
 
@@ -316,6 +313,8 @@ class PodTopology:
                    controller_url: str) -> dict[str, Any]:
         config, options = self.config, {}
         make_driver = self.make_driver
+        if self._place is not None:
+            make_driver = functools.partial(make_driver, place=self._place)
         if self.layout.needs_hub:
             options["remote"] = hub_settings(config, policy, engine, self.policy_dir,
                                              controller_url)

@@ -45,7 +45,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agentrl_jax import stage_clock
+from agentrl_jax import precision, stage_clock
 from agentrl_jax.checkpoint import CheckpointManager
 from agentrl_jax.dataclass_config import mutable_copy
 from agentrl_jax.models.decoder import Decoder
@@ -178,7 +178,7 @@ class ParamGather:
     them as they are."""
 
     def __init__(self, dtype: Any = None):
-        self._dtype = None if dtype is None else jnp.dtype(dtype)
+        self._dtype = precision.jax_dtype(dtype)
         self._whole: dict[Any, Any] = {}  # jitted: callable, and traceable ahead of time
         self._layer: dict[Any, Any] = {}
 

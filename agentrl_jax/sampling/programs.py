@@ -15,7 +15,6 @@ import functools
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -58,8 +57,7 @@ class SamplerPrograms:
 
     def __init__(self, cfg: ModelConfig, config: Any, mesh: Mesh | None,
                  weight_shardings: Any, rules: sharding_lib.Rules = sharding_lib.DEFAULT_RULES):
-        compute_dtype = precision.resolve(getattr(config, "compute_dtype", None))
-        self.weights_dtype = jnp.dtype(compute_dtype) if compute_dtype else None
+        self.weights_dtype = precision.jax_dtype(getattr(config, "compute_dtype", None))
         if self.weights_dtype is not None:
             cfg = cfg.replace(dtype=self.weights_dtype)
         self.cfg, self.config, self.mesh = cfg, config, mesh
