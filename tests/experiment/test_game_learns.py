@@ -12,9 +12,11 @@ games before and after RL. Two arms from the same cached warm start:
   0 twenty would end with the same weights, and only take ten minutes longer.
 
 Seeds are fixed (samples, opponents, sampling, initialisation), so the warm start and the
-evaluation before RL repeat exactly (28.0% of the test games); RL's asynchronous order does not,
-and three runs of the learning arm read +22.0 points [13.3, 30.7], +19.5 [10.6, 28.4] and +24.5
-[15.8, 33.2] on the 2-core CPU (and +23.5 [14.7, 32.3] in the main job's game stage).
+evaluation before RL repeat exactly (28.0% of the test games); RL's asynchronous order does not.
+Without gradient clipping that acts (a global norm of 1.0 against steps of 0.05-0.3), runs of
+the learning arm read +22.0, +19.5, +24.5, +26.5 and once +4.5 points [-4.0, 13.0], a run whose
+last step left 46% of the test games ending on an invalid move; clipped at 0.1, as the config
+now is, two runs read +25.5 [16.2, 34.8] and +29.5 [20.9, 38.1] on the 2-core CPU.
 
 Sabotage check, run once by hand: the learning arm with the advantages' sign flipped (`return
 -adv, weights` in `rl.advantages.compute_advantages`) went from 28.0% to 0.0% of the test games
