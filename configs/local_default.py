@@ -56,7 +56,7 @@ def agentbench_config(mode: str = "") -> ml_collections.ConfigDict:
     """The five AgentBench-FC tasks; `mode` "fast" runs every stage in a few seconds (CI)."""
     c = ml_collections.ConfigDict()
     c.run_dir = "runs/local"
-    c.topology = "local"  # one process (agentrl_jax/experiment/topology.py)
+    c.deployment = "local"  # one process (agentrl_jax/experiment/deployment.py)
     c.seed = 0
     # Who plays the RL episodes: "agent_loop" (rollout/agent_loop.py) or "openai_agent" (an
     # agent program over the OpenAI server, configs/local_openai_agent.py).

@@ -55,9 +55,9 @@ MEANINGS: dict[str, str] = {
                "agentbench_fc also takes a bucket URL such as gs://…)",
     "log_dir": 'stage markers, config, metrics, evaluation results, TensorBoard; "" = run_dir '
                "(or runs/NAME when run_dir is a URL; copied to run_dir/logs at the end)",
-    "topology": '"local": one process that warm-starts and trains on one device; "pod": the '
+    "deployment": '"local": one process that warm-starts and trains on one device; "pod": the '
                 "policy from model.path, sampler replicas and the trainer mesh over every "
-                "process of a pod (launch.tpu_pod; agentrl_jax/experiment/topology.py)",
+                "process of a pod (launch.tpu_pod; agentrl_jax/experiment/deployment.py)",
     "seed": "seeds evaluation episodes (sampling seeds and order)",
     "game_stage": "run the tic-tac-toe stage (`game`) after the AgentBench stages",
     "game": "the tic-tac-toe stage: a whole job config with the top level's keys, run under "

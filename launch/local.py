@@ -24,7 +24,7 @@ from ml_collections import config_flags
 
 from agentrl_jax import compile_cache, hostmem, stage_clock
 from agentrl_jax.experiment import job
-from agentrl_jax.experiment.topology import Environments
+from agentrl_jax.experiment.deployment import Environments
 from environments import fleet
 from launch import process
 

@@ -36,8 +36,8 @@ from ml_collections import config_flags
 
 from agentrl_jax import compile_cache
 from agentrl_jax.experiment import job, pod_job, run_config
+from agentrl_jax.experiment.deployment import REMOTE
 from agentrl_jax.experiment.run_dir import local_dir
-from agentrl_jax.experiment.topology import REMOTE
 from agentrl_jax.pipeline import multihost
 from launch import process
 
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> None:
         return
     compile_cache.enable()
     config = start(argv)
-    job.run_job(config, REMOTE, pod_job.PodTopology(config))
+    job.run_job(config, REMOTE, pod_job.PodDeployment(config))
 
 
 if __name__ == "__main__":

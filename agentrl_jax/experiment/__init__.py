@@ -1,8 +1,8 @@
 """The run: its stages as a library, which the launchers only configure and start.
 
   job.py               the main job as a graph of resumable stages, on one machine or a pod
-  topology.py          where the models live and who trains them (`config.topology`)
-  pod_job.py           the pod's topology (several hosts, a remote environment fleet)
+  deployment.py        where the models live and who trains them (`config.deployment`)
+  pod_job.py           the pod's deployment (several hosts, a remote environment fleet)
   export_stage.py      the trained policy as an HF directory (a bucket too)
   run_config.py        the run's config, resolved once and frozen
   run_dir.py           the run directory and its stage markers

@@ -1,7 +1,7 @@
 """The main job as a graph of stages, each resumed from its marker in `RUN_DIR/stages.json`.
 
-The same graph runs on one machine or a pod (`config.topology`, `experiment/topology.py`);
-the stages marked (local) run only where the topology warm-starts.
+The same graph runs on one machine or a pod (`config.deployment`, `experiment/deployment.py`);
+the stages marked (local) run only where the deployment warm-starts.
 
   demos (local) each task's oracle played on `demos.per_task` train indices spread over the
                 split (cached), and each task's data built for both splits (sandboxed workers
@@ -57,11 +57,11 @@ from agentrl_jax.experiment import (
     run_config,
 )
 from agentrl_jax.experiment import policy as policy_lib
+from agentrl_jax.experiment.deployment import DEPLOYMENTS, Deployment, Environments, LocalDeployment
 from agentrl_jax.experiment.evaluation_stage import CopyProbeRecord, probe_copying
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.run_dir import RunDir, is_url, local_dir
 from agentrl_jax.experiment.run_report import write_report
-from agentrl_jax.experiment.topology import TOPOLOGIES, Environments, LocalTopology, Topology
 from agentrl_jax.experiment.warm_start import warm_start
 from agentrl_jax.parallel.mesh import single_device_mesh
 
@@ -93,18 +93,18 @@ class Stage:
 
 class Job:
     """One run of the graph over one run directory (`run()`; resumable), led by this process
-    on `topology` (default: `config.topology`'s)."""
+    on `deployment` (default: `config.deployment`'s)."""
 
     def __init__(self, config: ml_collections.ConfigDict, environments: Environments,
-                 topology: Topology | None = None):
+                 deployment: Deployment | None = None):
         self.config = run_config.resolve(config)
         self.environments = environments
-        self.topology = topology or topology_of(self.config)
+        self.deployment = deployment or deployment_of(self.config)
         self.run_dir = RunDir(local_dir(self.config))
         # A run that resumes from its checkpoints takes a changed config (more steps, say):
         # the graph starts again over them. Elsewhere a changed config is refused.
         self.run_dir.check_config(self.config,
-                                  restart=self.topology.resumes_from_checkpoints)
+                                  restart=self.deployment.resumes_from_checkpoints)
         # Checkpoints (and the export's default) go to `run_dir` itself, a bucket URL too.
         self.checkpoint_root: str | pathlib.Path = (
             self.config.run_dir if is_url(self.config.run_dir)
@@ -138,7 +138,7 @@ class Job:
             self.run_dir.mark("report", total_seconds=round(time.monotonic() - started, 1))
             print("\n" + table + "\n" + report.stage_times(self.run_dir.stages()))
         print(f"run directory: {self.run_dir.path}", flush=True)
-        self.topology.finish(self.run_dir.path)
+        self.deployment.finish(self.run_dir.path)
         return self.run_dir.path
 
     # ------------------------------------------------------------------------- resources
@@ -149,7 +149,7 @@ class Job:
 
     def start_dir(self) -> pathlib.Path:
         """The HF directory RL starts from: the warm start's, or the pretrained model's."""
-        if self.topology.warm_starts:
+        if self.deployment.warm_starts:
             return pathlib.Path(self.run_dir.record("sft")["policy_dir"])
         return policy_lib.pretrained_dir(self.config.model)
 
@@ -159,11 +159,11 @@ class Job:
         if self._policy is None:
             # The sampler's many shapes only grow a kept heap (agentrl_jax/hostmem.py).
             hostmem.release_freed_memory()
-            trained = self.run_dir.done("rl") and not self.topology.resumes_from_checkpoints
+            trained = self.run_dir.done("rl") and not self.deployment.resumes_from_checkpoints
             directory = self.run_dir.path / "final_model" if trained else self.start_dir()
-            self._policy, self._engine = self.topology.open(directory, self._stack)
+            self._policy, self._engine = self.deployment.open(directory, self._stack)
             probes = CopyProbeRecord(self.run_dir.path / "copy_probe.json")
-            if (self.topology.probes and not self.run_dir.done("rl")
+            if (self.deployment.probes and not self.run_dir.done("rl")
                     and "warm_start" not in probes.entries()):
                 probes.add("warm_start", probe_copying(self._policy.model,
                                                        self._policy.tokenizer))
@@ -250,12 +250,12 @@ class Job:
         result = await rl_stage.run_rl(
             config.rl, policy=policy, engine=engine, client=client, task_indices=tasks,
             run_dir=self.checkpoint_root, metrics=self.metrics, on_step=on_step,
-            on_progress=on_progress, probe=probe if self.topology.probes else None,
+            on_progress=on_progress, probe=probe if self.deployment.probes else None,
             rollouts=rollout_source(config, engine, self._url),
-            **self.topology.rl_options(policy, engine, self._url))
+            **self.deployment.rl_options(policy, engine, self._url))
         bar.close()
-        self.topology.after_rl(result, self.run_dir.path)
-        if not self.topology.resumes_from_checkpoints:   # what a resumed run evaluates
+        self.deployment.after_rl(result, self.run_dir.path)
+        if not self.deployment.resumes_from_checkpoints:   # what a resumed run evaluates
             final_dir = self.run_dir.path / "final_model"
             shutil.rmtree(final_dir, ignore_errors=True)
             policy_lib.save_policy(policy, final_dir)
@@ -276,25 +276,25 @@ class Job:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("demos", Job.demos, lambda job: job.topology.warm_starts),
+    Stage("demos", Job.demos, lambda job: job.deployment.warm_starts),
     Stage("environments", Job.serve_environments, marked=False),
-    Stage("sft", Job.sft, lambda job: job.topology.warm_starts),
+    Stage("sft", Job.sft, lambda job: job.deployment.warm_starts),
     Stage("eval_before", Job.eval_before, lambda job: bool(job.config.eval.before_rl)),
-    Stage("rl", Job.rl, every_start=lambda job: job.topology.resumes_from_checkpoints),
+    Stage("rl", Job.rl, every_start=lambda job: job.deployment.resumes_from_checkpoints),
     Stage("eval_after", Job.eval_after,
           lambda job: bool(job.config.eval.get("after_rl", True))),
     Stage("export", Job.export, lambda job: "export" in job.config),
 )
 
 
-def topology_of(config: ml_collections.ConfigDict) -> Topology:
-    """The topology `config.topology` names (`experiment/topology.py`): "local" or "pod"."""
-    name = config.get("topology", "local")
+def deployment_of(config: ml_collections.ConfigDict) -> Deployment:
+    """The deployment `config.deployment` names (`experiment/deployment.py`): "local" or "pod"."""
+    name = config.get("deployment", "local")
     if name == "local":
-        return LocalTopology(config)
+        return LocalDeployment(config)
     if name == "pod":
-        return pod_job.PodTopology(config)
-    raise ValueError(f"topology must be one of {TOPOLOGIES}, not {name!r}")
+        return pod_job.PodDeployment(config)
+    raise ValueError(f"deployment must be one of {DEPLOYMENTS}, not {name!r}")
 
 
 def rollout_source(config: ml_collections.ConfigDict, engine: Any, url: str) -> Any:
@@ -313,15 +313,15 @@ def rollout_source(config: ml_collections.ConfigDict, engine: Any, url: str) -> 
 
 
 def run_job(config: ml_collections.ConfigDict, environments: Environments,
-            topology: Topology | None = None) -> pathlib.Path | None:
-    """Runs (or resumes) the job of `config` on `topology` (default `config.topology`'s);
+            deployment: Deployment | None = None) -> pathlib.Path | None:
+    """Runs (or resumes) the job of `config` on `deployment` (default `config.deployment`'s);
     returns its run directory, or None in a process that only follows the leader's."""
     config = run_config.resolve(config)
-    topology = topology or topology_of(config)
-    if not topology.leads:
-        topology.follow()
+    deployment = deployment or deployment_of(config)
+    if not deployment.leads:
+        deployment.follow()
         return None
-    return Job(config, environments, topology).run()
+    return Job(config, environments, deployment).run()
 
 
 def game_stage_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -1,6 +1,6 @@
-"""The job on a TPU pod (or any multi-host JAX cluster): `config.topology = "pod"`.
+"""The job on a TPU pod (or any multi-host JAX cluster): `config.deployment = "pod"`.
 
-Every process builds a `PodTopology` after `multihost.initialize` and runs
+Every process builds a `PodDeployment` after `multihost.initialize` and runs
 `experiment.job.run_job` with it. Process 0 leads: it runs the job's graph of stages
 (`experiment/job.py`: evaluation, RL, evaluation, export, report, each marked in the local run
 directory), with its first sampler replica in process and the RL pipeline; every other process
@@ -85,9 +85,9 @@ SETUP = "setup"  # the leader's first message when the followers sample: the hub
 
 def check_config(config: ml_collections.ConfigDict) -> None:
     """Refuses a config a pod cannot run, with what to set (before anything starts)."""
-    if config.get("topology") != "pod":
-        raise ValueError(f"topology is {config.get('topology')!r}: a pod runs a config with "
-                         "topology='pod' (configs/agentbench_fc/); run the others with "
+    if config.get("deployment") != "pod":
+        raise ValueError(f"deployment is {config.get('deployment')!r}: a pod runs a config with "
+                         "deployment='pod' (configs/agentbench_fc/); run the others with "
                          "launch.local")
     if not config.env.controller_url:
         raise ValueError("env.controller_url is empty: this launcher trains against an existing "
@@ -251,11 +251,11 @@ def follow(config: ml_collections.ConfigDict, layout: Layout, policy_dir: pathli
             sampler.stop()
 
 
-# ----------------------------------------------------------------------------- the topology
+# ----------------------------------------------------------------------------- the deployment
 
 
-class PodTopology:
-    """The pod's part of the job (`experiment/topology.py`'s `Topology`): made on every
+class PodDeployment:
+    """The pod's part of the job (`experiment/deployment.py`'s `Deployment`): made on every
     process, which loads its shards of the trainer's models and joins the others' channel;
     process 0 leads the job's graph, the others `follow`. `state`: this process's final train
     state once RL is over (on several processes, each holds its own shards).

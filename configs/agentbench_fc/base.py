@@ -51,7 +51,7 @@ def get_config(name: str, parser: str, architecture: str = "") -> ml_collections
     checkpoint, `agentrl_jax.models.published`)."""
     c = ml_collections.ConfigDict()
     c.name = name
-    c.topology = "pod"  # the processes and meshes it runs on (agentrl_jax/experiment/topology.py)
+    c.deployment = "pod"  # processes and meshes it runs on (agentrl_jax/experiment/deployment.py)
     c.run_dir = f"runs/agentbench_fc/{name}"  # checkpoints (and final_model); or gs://...
     c.log_dir = ""  # metrics, eval results; "" = run_dir (or runs/NAME if run_dir is a URL)
     c.seed = 0

@@ -9,7 +9,7 @@ import ml_collections
 import pytest
 
 from agentrl_jax.experiment import job, run_config
-from agentrl_jax.experiment.topology import Environments
+from agentrl_jax.experiment.deployment import Environments
 from configs import local_default
 
 

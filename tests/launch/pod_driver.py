@@ -8,7 +8,7 @@ import numpy as np
 from absl import app, flags
 
 from agentrl_jax.experiment import job, pod_job
-from agentrl_jax.experiment.topology import REMOTE
+from agentrl_jax.experiment.deployment import REMOTE
 from launch import tpu_pod
 
 flags.DEFINE_string("shards_out", None, "where to write this process's parameter shards")
@@ -20,9 +20,9 @@ def path_key(path) -> str:
 
 def main(argv: list[str]) -> None:
     config = tpu_pod.start(argv)
-    topology = pod_job.PodTopology(config)
-    job.run_job(config, REMOTE, topology)
-    state = topology.state
+    deployment = pod_job.PodDeployment(config)
+    job.run_job(config, REMOTE, deployment)
+    state = deployment.state
     arrays = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
         for k, shard in enumerate(leaf.addressable_shards):

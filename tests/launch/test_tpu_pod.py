@@ -362,7 +362,7 @@ def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path, capsys):
     The stages are the job's graph, marked in the run directory; a second start trains nothing
     and restores the trained weights, and a changed config (more steps) resumes RL."""
     from agentrl_jax.experiment import job, pod_job
-    from agentrl_jax.experiment.topology import REMOTE
+    from agentrl_jax.experiment.deployment import REMOTE
     from tests.launch import tiny_pod_config
 
     config = tiny_pod_config.get_config()
@@ -373,16 +373,16 @@ def test_one_process_runs_the_same_job(tokenizer, coin_fleet, tmp_path, capsys):
     config.mesh.update(sampler_devices=2, sampler_tensor_parallel=1, hub_host="127.0.0.1")
 
     def start(config):
-        topology = pod_job.PodTopology(config)
-        assert job.run_job(config, REMOTE, topology) == (tmp_path / "run").resolve()
-        return topology.state, json.loads((tmp_path / "run" / "stages.json").read_text())
+        deployment = pod_job.PodDeployment(config)
+        assert job.run_job(config, REMOTE, deployment) == (tmp_path / "run").resolve()
+        return deployment.state, json.loads((tmp_path / "run" / "stages.json").read_text())
 
     state, stages = start(config)
     assert int(state.step) == STEPS
     assert list(stages) == ["rl", "export"]   # no warm start, no evaluation (eval.after_rl)
     assert stages["rl"]["resumed_from"] is None
     written = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert written["topology"] == "pod" and written["rl"]["pipeline"]["steps"] == STEPS
+    assert written["deployment"] == "pod" and written["rl"]["pipeline"]["steps"] == STEPS
     check_lockstep_records(tmp_path / "run")
     hub = json.loads((tmp_path / "run" / "rollout_hub.json").read_text())
     assert set(hub) == {"process0-1"}, hub

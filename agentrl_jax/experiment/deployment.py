@@ -1,14 +1,14 @@
 """Where a run's models live and who trains them: the one part of the job that differs between
-one machine and a pod (`config.topology`).
+one machine and a pod (`config.deployment`).
 
-The job (`experiment/job.py`) runs the same graph of stages on either; a `Topology` gives it
+The job (`experiment/job.py`) runs the same graph of stages on either; a `Deployment` gives it
 what differs:
 
   local   one process: the warm start on demonstrations, then one sampler and the trainer on
-          one device each (`LocalTopology`, below)
+          one device each (`LocalDeployment`, below)
   pod     several processes (`jax.distributed`) or one host with many devices: the policy is
           `model.path`, sampler replicas on every host, the trainer's mesh over the rest
-          (`experiment/pod_job.py`'s `PodTopology`); process 0 runs the graph, the others
+          (`experiment/pod_job.py`'s `PodDeployment`); process 0 runs the graph, the others
           follow it in the RL stage
 
 The job does not know how environments are started either: the launcher hands it
@@ -30,7 +30,7 @@ from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment import rl_stage
 from agentrl_jax.parallel.mesh import single_device_mesh
 
-TOPOLOGIES = ("local", "pod")
+DEPLOYMENTS = ("local", "pod")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,7 @@ REMOTE = Environments(prepare=_prepared_elsewhere,
                       serve=lambda env, log_dir: contextlib.nullcontext(env.controller_url))
 
 
-class Topology(Protocol):
+class Deployment(Protocol):
     """What the job asks of where it runs.
 
     Attributes:
@@ -84,7 +84,7 @@ class Topology(Protocol):
         until `stack` closes; `policy_dir` is the HF directory the run starts from."""
 
     def rl_options(self, policy: Any, engine: Any, controller_url: str) -> dict[str, Any]:
-        """`rl_stage.run_rl`'s arguments that depend on the topology (`trainer_mesh` at
+        """`rl_stage.run_rl`'s arguments that depend on the deployment (`trainer_mesh` at
         least)."""
 
     def after_rl(self, result: rl_stage.RLResult, local_dir: pathlib.Path) -> None:
@@ -97,7 +97,7 @@ class Topology(Protocol):
         """A process that does not lead: its part of the RL stage, until the leader is done."""
 
 
-class LocalTopology:
+class LocalDeployment:
     """One process, one sampler and the trainer on the first device: the warm start's policy
     is loaded once and sampled by an engine over the same model."""
 
