@@ -142,6 +142,9 @@ def summarise(arm: str, config, reports: list[dict[str, float]], started: float,
         "episodes_played": total("groups_drawn") * group,
         "episodes_trained": trained,
         "tokens_trained": total("num_loss_tokens"),
+        # what the train steps computed on: the episodes' whole contexts, and packed rows
+        "tokens_computed": total("num_input_tokens"),
+        "row_tokens": total("num_row_tokens"),
         "seconds_per_trained_episode": round(seconds / trained, 2) if trained else float("inf"),
     }
     if steady:   # the steps after the first, where nothing compiles any more

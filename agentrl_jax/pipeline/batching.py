@@ -57,6 +57,10 @@ def prepare_batch(
     micro, num_tokens = pack(trajectories, seq_buckets, tokens_per_micro, row_multiple)
     metrics["num_loss_tokens"] = num_tokens
     metrics["num_micro_batches"] = len(micro)
+    # What the step computes on: every input position of the trained episodes (their whole
+    # context, not only the sampled tokens), and the packed rows with their padding.
+    metrics["num_input_tokens"] = sum(len(t) - 1 for t in trajectories)
+    metrics["num_row_tokens"] = sum(m.tokens.size for m in micro)
     return PreparedBatch(micro, num_tokens, metrics, len(trajectories))
 
 

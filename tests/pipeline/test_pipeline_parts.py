@@ -237,6 +237,15 @@ def test_failed_members_are_masked_not_scored():
     assert batch.metrics["status/task_error"] == pytest.approx(1 / 3)
 
 
+def test_the_step_reports_the_tokens_it_computes_on():
+    group = [rollout(0, 0, 1.0, n=6), rollout(0, 1, 0.0, n=11), rollout(0, 2, 0.0, n=4)]
+    batch = prepare_batch([group], _config(task_adv_norm=False), (8, 16), 16)
+    assert batch.metrics["num_loss_tokens"] == 3 * 3   # three sampled tokens each
+    assert batch.metrics["num_input_tokens"] == 5 + 10 + 3   # each episode less its last token
+    # Rows of 16 (the longest has 10 inputs): 10 + 5 in one row, 3 in a second.
+    assert batch.metrics["num_row_tokens"] == 2 * 16
+
+
 def test_incomplete_episodes_get_the_penalty():
     group = [rollout(0, 0, 1.0), rollout(0, 1, 1.0, status=SampleStatus.TASK_LIMIT_REACHED)]
     batch = prepare_batch([group], _config(task_adv_norm=False), (8,), 16)
