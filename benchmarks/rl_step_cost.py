@@ -15,12 +15,15 @@ in a fresh run directory, one arm after the other on the same fleet:
 
 * `earlier`: the settings before the cost work: every task (ALFWorld included), groups of 4,
   5 groups a step drawn from at most 12, the trainer in bf16 on any host, the sampler in fp32;
-* `current`: `configs/local_smollm2.py` as it is.
+* `current`: `configs/local_smollm2.py` as it is;
+* `lora` (only when `--arms` names it): `configs/local_smollm2.py:lora`, the same with LoRA
+  adapters (rank 16 on every projection) trained over the frozen warm start.
 
 The cost of an arm is its RL wall time (first step's compilations included, as a run pays them)
 over the episodes it trained (`num_rollouts_trained`); `cost_ratio` is current over earlier,
 the same less each arm's compilation time (`uncompiled_cost_ratio`, from the stage clock), and
-over the steps after the first (`steady_cost_ratio`, with `--steps` of 2 or more).
+over the steps after the first (`steady_cost_ratio`, with `--steps` of 2 or more); with the
+`lora` arm, `lora_cost_ratio` (and its uncompiled and steady ratios) is lora over current.
 Per arm the JSON also has the groups drawn and discarded for want of reward variance, the
 episodes and tokens played and trained, and the seconds per trained token, since the arms
 train different tasks, whose episodes differ in length.
@@ -66,11 +69,12 @@ EARLIER = {
     "rl.pipeline.max_draws_per_step": 12,
     "rl.pipeline.rollout_workers": 8,
 }
-ARMS = ("earlier", "current")
+ARMS = ("earlier", "current", "lora")
+DEFAULT_ARMS = ("earlier", "current")
 
 
 def arm_config(arm: str, steps: int) -> ml_collections.ConfigDict:
-    config = local_smollm2.get_config()
+    config = local_smollm2.get_config("lora" if arm == "lora" else "")
     if arm == "earlier":
         for dotted, value in EARLIER.items():
             *path, key = dotted.split(".")
@@ -206,9 +210,11 @@ async def main_async(args) -> dict[str, Any]:
     for key, name in (("seconds_per_trained_episode", "cost_ratio"),
                       ("uncompiled_seconds_per_trained_episode", "uncompiled_cost_ratio"),
                       ("steady_seconds_per_trained_episode", "steady_cost_ratio")):
-        if all(f"{a}_{key}" in figures for a in ARMS):
-            figures[name] = round(figures[f"current_{key}"] / figures[f"earlier_{key}"], 3)
-            print(f"current / earlier, {key.replace('_', ' ')}: {figures[name]}")
+        for arm, base, prefix in (("current", "earlier", ""), ("lora", "current", "lora_")):
+            if f"{arm}_{key}" in figures and f"{base}_{key}" in figures:
+                figures[prefix + name] = round(figures[f"{arm}_{key}"] / figures[f"{base}_{key}"],
+                                               3)
+                print(f"{arm} / {base}, {key.replace('_', ' ')}: {figures[prefix + name]}")
     return figures
 
 
@@ -218,8 +224,11 @@ def main() -> None:
                         help="the warm-started policy's directory (default: the warm start of "
                              "configs/local_smollm2.py, made if not cached)")
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"any of {ARMS}")
     args = parser.parse_args()
+    unknown = set(args.arms.split(",")) - set(ARMS)
+    if unknown:
+        parser.error(f"unknown arms {sorted(unknown)} (known: {ARMS})")
     figures = asyncio.run(main_async(args))
     print(f"wrote {write_result('rl_step_cost', figures)}")
 
