@@ -16,7 +16,8 @@ evaluation before RL repeat exactly (28.0% of the test games); RL's asynchronous
 Without gradient clipping that acts (a global norm of 1.0 against steps of 0.05-0.3), runs of
 the learning arm read +22.0, +19.5, +24.5, +26.5 and once +4.5 points [-4.0, 13.0], a run whose
 last step left 46% of the test games ending on an invalid move; clipped at 0.1, as the config
-now is, two runs read +25.5 [16.2, 34.8] and +29.5 [20.9, 38.1] on the 2-core CPU.
+now is, three runs read +25.5 [16.2, 34.8], +29.5 [20.9, 38.1] and +18.0 [9.6, 26.4] (this test,
+in a fresh clone) on the 2-core CPU.
 
 Sabotage check, run once by hand: the learning arm with the advantages' sign flipped (`return
 -adv, weights` in `rl.advantages.compute_advantages`) went from 28.0% to 0.0% of the test games
