@@ -2,7 +2,8 @@
 current `configs/local_smollm2.py`, from the same warm start, in one run.
 
     python -m benchmarks.rl_step_cost                 # both arms, 2 steps each
-    python -m benchmarks.rl_step_cost --steps=3 --arms=current   # one arm, more steps
+    python -m benchmarks.rl_step_cost --steps=3 --arms=current --name=rl_step_cost_current
+    python -m benchmarks.rl_step_cost --arms=current,lora --name=rl_step_cost_lora
 
 The policy is the warm start of `configs/local_smollm2.py` (`--policy` names another): taken
 from the warm-start cache (`experiment/warm_start.py`), or made first, with the main job's
@@ -32,7 +33,9 @@ Where each arm's time goes (compile, train step, prefill, decode, weight transfe
 the environments, idle) is split by `agentrl_jax/stage_clock.py`: printed as a table and kept
 under `clock_ARM_...` keys.
 
-Writes benchmarks/results/rl_step_cost.json (flat; the host's dot rates with it).
+Writes benchmarks/results/NAME.json (flat, the host's dot rates with it). `--name` defaults to
+rl_step_cost, the default arms' file; name a run of other arms otherwise, so it does not
+replace that one.
 """
 
 from __future__ import annotations
@@ -225,12 +228,13 @@ def main() -> None:
                              "configs/local_smollm2.py, made if not cached)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"any of {ARMS}")
+    parser.add_argument("--name", default="rl_step_cost", help="benchmarks/results/NAME.json")
     args = parser.parse_args()
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown:
         parser.error(f"unknown arms {sorted(unknown)} (known: {ARMS})")
     figures = asyncio.run(main_async(args))
-    print(f"wrote {write_result('rl_step_cost', figures)}")
+    print(f"wrote {write_result(args.name, figures)}")
 
 
 if __name__ == "__main__":
