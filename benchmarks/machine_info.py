@@ -10,7 +10,8 @@ import platform
 RESULTS_DIR = pathlib.Path(__file__).parent / "results"
 
 
-def machine_info() -> dict[str, str | int | float]:
+def machine_info(dots: bool = True) -> dict[str, str | int | float]:
+    """The host and versions; with `dots`, the host's product rates measured now."""
     import jax
 
     info: dict[str, str | int | float] = {
@@ -21,7 +22,7 @@ def machine_info() -> dict[str, str | int | float]:
         "jax": jax.__version__,
         "jax_backend": jax.default_backend(),
         "jax_devices": len(jax.devices()),
-        **dot_rates(),
+        **(dot_rates() if dots else {}),
     }
     try:
         import torch
@@ -74,9 +75,12 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def write_result(name: str, figures: dict) -> pathlib.Path:
-    """Writes benchmarks/results/NAME.json: the figures plus the machine, flat."""
+def write_result(name: str, figures: dict, dots: bool = True) -> pathlib.Path:
+    """Writes benchmarks/results/NAME.json: the figures plus the machine, flat. `dots=False`
+    leaves out the product rates, for figures of a run made earlier, when the rates measured
+    now would not describe it."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    path.write_text(json.dumps({**figures, **machine_info()}, indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps({**figures, **machine_info(dots)}, indent=2, sort_keys=True)
+                    + "\n")
     return path
