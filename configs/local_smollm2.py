@@ -67,6 +67,9 @@ def get_config(mode: str = "") -> object:
         c.rl.tasks = ("db", "kg", "os_interaction", "webshop")
         c.rl.pipeline.update(steps=10, groups_per_step=2, group_size=8, max_draws_per_step=4,
                              rollout_workers=4)
+        # A checkpoint every step: a step takes 10-20 min on a 2-core CPU, and a run stopped
+        # anywhere resumes from its last one with the same command.
+        c.rl.checkpoint.every = 1
         # Evaluation: the protocol's 40 test indices of each trained task, the same before and
         # after RL, for reporting; and the validation slice (20 held-out train indices a task),
         # the data RL's settings are decided on. ALFWorld, left out of RL, is left out here too
