@@ -197,3 +197,20 @@ def test_local_smollm2_lora_variant_trains_adapters_in_both_stages():
         assert train_step.lora_of(trainer) == train_step.LoraConfig(rank=16, alpha=32.0)
     assert lora.rl.trainer.optimizer.learning_rate == 10 * main.rl.trainer.optimizer.learning_rate
     assert lora.run_dir != main.run_dir
+
+
+def test_local_smollm2_reports_on_what_it_trains():
+    """The claim the run makes (test success of each trained task, paired, before and after)
+    needs the protocol's 40 test indices of exactly those tasks, and validation for decisions."""
+    from agentrl_jax.evaluation import protocol
+    from agentrl_jax.experiment import evaluation_stage
+    from configs import local_smollm2
+
+    c = local_smollm2.get_config()
+    assert c.eval.per_task == protocol.TEST_PER_TASK and c.eval.validate and c.eval.before_rl
+    trained = set(c.rl.tasks)
+    assert "alfworld" not in trained
+    for subset in ("test", "validation"):
+        evaluated = evaluation_stage.evaluated_tasks(c, subset)
+        assert {key.rsplit("-", 1)[0] for key in evaluated} == trained
+    assert c.rl.checkpoint.every == 1
