@@ -112,6 +112,7 @@ async def evaluate(
     seed: int = 0,
     on_start: Callable[[int], None] | None = None,
     on_episode: Callable[[Rollout], None] | None = None,
+    finished: Sequence[Rollout] = (),
 ) -> dict[str, TaskResult]:
     """The evaluation of every launcher: each controller task of `tasks` (its name there,
     e.g. `db-test`) on `select(its indices)` (default: all of them), `runs` passes; results
@@ -119,7 +120,9 @@ async def evaluate(
 
     `select` is the protocol's (`protocol.selection`), so every launcher evaluates the same
     indices for the same settings. `on_start(total_episodes)` is called once the indices are
-    known (for a progress bar), `on_episode(rollout)` after each episode.
+    known (for a progress bar), `on_episode(rollout)` after each episode played. `finished`:
+    episodes an interrupted pass of this same evaluation played (`transcripts.TranscriptLog`'s
+    journal), counted as they are and not played again.
     """
     task_indices = {}
     for task in tasks:
@@ -128,7 +131,8 @@ async def evaluate(
     if on_start is not None:
         on_start(runs * sum(map(len, task_indices.values())))
     return await play(client, generator, agent, task_indices, runs=runs,
-                      concurrency=concurrency, seed=seed, on_episode=on_episode)
+                      concurrency=concurrency, seed=seed, on_episode=on_episode,
+                      finished=finished)
 
 
 def round_robin(task_indices: Mapping[str, Sequence[SampleIndex]]
@@ -155,12 +159,18 @@ async def play(
     concurrency: int = 32,
     seed: int = 0,
     on_episode: Callable[[Rollout], None] | None = None,
+    finished: Sequence[Rollout] = (),
 ) -> dict[str, TaskResult]:
-    """Plays every (task, index) `runs` times, `concurrency` episodes at once."""
+    """Plays every (task, index) `runs` times, `concurrency` episodes at once, but for those in
+    `finished` (by task, pass and index), which are taken as they are."""
     limit = asyncio.Semaphore(concurrency)
     rng = random.Random(seed)
-    jobs = [(task, run, index, rng.getrandbits(32))
+    jobs = [(task, run, index, rng.getrandbits(32))   # every seed drawn, played or not
             for run in range(runs) for task, index in round_robin(task_indices)]
+    order = {(task, run, repr(index)): k for k, (task, run, index, _) in enumerate(jobs)}
+    kept = {(r.task, r.group_id, repr(r.index)): r for r in finished
+            if (r.task, r.group_id, repr(r.index)) in order}
+    jobs = [job for job in jobs if (job[0], job[1], repr(job[2])) not in kept]
 
     async def play(task: str, run: int, index: SampleIndex, episode_seed: int):
         async with limit:
@@ -173,6 +183,8 @@ async def play(
     async with asyncio.TaskGroup() as playing:  # waits for every episode, even cancelled
         tasks = [playing.create_task(play(*job)) for job in jobs]
     played = [task.result() for task in tasks]
+    played += [(task, run, rollout) for (task, run, _), rollout in kept.items()]
+    played.sort(key=lambda p: order[(p[0], p[1], repr(p[2].index))])   # as if played in one go
     results = {}
     for task in sorted(task_indices):
         per_run = [[r for t, k, r in played if t == task and k == run] for run in range(runs)]

@@ -6,10 +6,16 @@ protocol (`evaluation/protocol.py`) at the evaluation's sampling settings (`eval
 the resolved config, `experiment/run_config.py`). `OUT/NAME.json` and `OUT/NAME.md` hold the
 results, `OUT/NAME_episodes.jsonl` the transcripts, and, where the run played demonstrations,
 `OUT/NAME_first_calls.json` how the first calls compare with the oracle's.
+
+While it runs, each finished episode is journaled in `OUT/NAME_journal.jsonl`, so a stopped
+evaluation (on a 2-core CPU one takes most of an hour) resumes with the episodes it had played,
+when the run's config is the same (`journal_key`); the journal goes once the results are
+written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 from collections.abc import Sequence
@@ -22,7 +28,7 @@ from agentrl_jax import stage_clock
 from agentrl_jax.controller.client import ControllerClient
 from agentrl_jax.controller.task_keys import parse_task_key, task_key
 from agentrl_jax.evaluation import agentbench, copy_probe, first_call, protocol
-from agentrl_jax.evaluation.transcripts import TranscriptLog
+from agentrl_jax.evaluation.transcripts import TranscriptLog, finished_rollouts
 from agentrl_jax.experiment import report, rl_stage
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.policy import Policy
@@ -53,10 +59,13 @@ async def evaluate(config: ml_collections.ConfigDict, policy: Policy, engine: An
     demos = config.get("demos")
     agent = rl_stage.agent_spec(config.rl, policy, sampling=config.eval.sampling)
     bar = tqdm(desc=name, unit="episode")
-    transcripts = TranscriptLog()
+    journal = out / f"{name}_journal.jsonl"
+    transcripts = TranscriptLog(journal, journal_key(config, name, subset, step))
+    finished = finished_rollouts(transcripts.resume())
 
     def on_start(total: int) -> None:
         bar.total = total
+        bar.update(len(finished))
         bar.refresh()
 
     def on_episode(rollout) -> None:
@@ -69,11 +78,12 @@ async def evaluate(config: ml_collections.ConfigDict, policy: Policy, engine: An
         select=protocol.selection(subset, per_task,
                                   reserved=demos.per_task if demos is not None else 0),
         runs=config.eval.runs, concurrency=config.eval.concurrency, seed=config.seed,
-        on_start=on_start, on_episode=on_episode)
+        on_start=on_start, on_episode=on_episode, finished=finished)
     bar.close()
     with stage_clock.span("eval_bookkeeping"):
         print(agentbench.write(results, out, name), flush=True)
         transcripts.write(out, name)
+        journal.unlink(missing_ok=True)   # the results and transcripts hold it all now
         if demo_files:
             write_first_calls(out, name, transcripts.episodes, demo_files)
         if metrics is not None:
@@ -81,6 +91,13 @@ async def evaluate(config: ml_collections.ConfigDict, policy: Policy, engine: An
                                        **{f"{t}/success": r.success_mean
                                           for t, r in results.items()}})
         return agentbench.to_json(results)
+
+
+def journal_key(config: ml_collections.ConfigDict, name: str, subset: str, step: int) -> str:
+    """What an evaluation's journal is a journal of: the run's whole config (its policy and
+    every setting), the evaluation's name, subset and RL step."""
+    material = json.dumps([config.to_json(sort_keys=True), name, subset, step])
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
 def write_first_calls(out: pathlib.Path, name: str, episodes: list[dict[str, Any]],

@@ -64,3 +64,26 @@ def test_episodes_are_queued_one_task_at_a_time_in_turn(monkeypatch):
     assert started == [("db", 1), ("kg", 7), ("db", 2), ("kg", 8), ("kg", 9)]
     assert sorted(results) == ["db", "kg"]
     assert [o["index"] for o in results["kg"].outcomes] == [7, 8, 9]
+
+
+def test_finished_episodes_count_in_place_and_the_rest_keep_their_seeds(monkeypatch):
+    """An evaluation resumed from its journal plays only what is missing, each remaining
+    episode with the seed it had, and summarises as if played in one go."""
+    seeds = {}
+
+    async def fake_episode(client, generator, agent, task, index, rng, **_):
+        seeds[(task, index)] = rng.random()
+        return rollout(index, True)
+
+    monkeypatch.setattr(agentbench, "run_episode", fake_episode)
+    tasks = {"kg": [7, 8, 9], "db": [1, 2]}
+    whole = asyncio.run(agentbench.play(None, None, None, tasks, concurrency=1))
+    first_seeds, seeds = dict(seeds), {}
+    earlier = rollout(8, False)   # kg's index 8, played before the stop, and failed
+    earlier.task = "kg"
+    resumed = asyncio.run(agentbench.play(None, None, None, tasks, concurrency=1,
+                                          finished=[earlier]))
+    assert ("kg", 8) not in seeds and len(seeds) == 4
+    assert all(seeds[key] == first_seeds[key] for key in seeds)
+    assert [(o["index"], o["success"]) for o in resumed["kg"].outcomes] == [(7, 1), (8, 0), (9, 1)]
+    assert resumed["db"].outcomes == whole["db"].outcomes

@@ -131,6 +131,7 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
     for name in ("validation_before", "validation_after"):
         result = json.loads((run_dir / f"{name}.json").read_text())
         assert set(result["tasks"]) == {task_key(t, "train") for t in AGENTBENCH_FC}
+    assert not list(run_dir.glob("*_journal.jsonl"))   # gone once each evaluation is written
     results = (run_dir / "results.md").read_text()
     assert "| **average** |" in results and "Validation slice before and after RL" in results
     paired = json.loads((run_dir / "validation_paired_difference.json").read_text())
