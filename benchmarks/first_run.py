@@ -4,8 +4,9 @@
 moved aside, as a new user runs it: minutes to hours, so not from here). This reads what the
 run left and writes one flat JSON: per stage its seconds (`stages.json`), per task the test
 success before and after RL with Wilson 95% intervals and the paired difference, for the
-AgentBench run (`agentbench_*`, its five tasks' mean paired difference) and its tic-tac-toe
-stage (`tictactoe_*`).
+AgentBench run (`agentbench_*`, its tasks' mean paired difference) and, where the run has one,
+its tic-tac-toe stage (`tictactoe_*`). Another config's run (`configs/local_smollm2.py`, say)
+is summarised the same way with `--name`.
 
     python -m benchmarks.first_run --run-dir CLONE/runs/local --setup-seconds 660 \
         --job-seconds 5100 --commit abc1234 --quiet "what else ran meanwhile"
@@ -79,8 +80,9 @@ def main() -> None:
         "setup_seconds": args.setup_seconds, "job_seconds": args.job_seconds,
         "quiet": args.quiet,
         **run_figures(args.run_dir, "agentbench"),
-        **run_figures(args.run_dir / "tictactoe", "tictactoe"),
     }
+    if (args.run_dir / "tictactoe").is_dir():   # the main job's game stage (not in every config)
+        figures.update(run_figures(args.run_dir / "tictactoe", "tictactoe"))
     print(json.dumps(figures, indent=1))
     # the host's product rates measured now would not describe a run made earlier
     print("wrote", write_result(args.name, figures, dots=False))
