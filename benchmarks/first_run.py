@@ -35,7 +35,8 @@ def _success(evaluation: dict[str, Any]) -> dict[str, tuple[int, int]]:
 
 def run_figures(run_dir: pathlib.Path, prefix: str) -> dict[str, Any]:
     """`prefix`_STAGE_seconds, TASK_{before,after}_{success,low,high,n} and TASK_paired_* of one
-    finished run directory (`prefix`_mean_paired_* where it has several tasks)."""
+    finished run directory (`prefix`_mean_paired_* where it has several tasks); the same with
+    `validation_` in front for the validation slice, where the run evaluated it."""
     stages = json.loads((run_dir / "stages.json").read_text())
     figures: dict[str, Any] = {f"{prefix}_{name}_seconds": entry["seconds"]
                                for name, entry in stages.items()}
@@ -44,18 +45,31 @@ def run_figures(run_dir: pathlib.Path, prefix: str) -> dict[str, Any]:
                     if json.loads(line)["stage"] == "sft")
     if sft_steps and "sft" in stages:
         figures[f"{prefix}_sft_seconds_per_step"] = round(stages["sft"]["seconds"] / sft_steps, 3)
+    figures.update(_before_after(run_dir, "eval", "paired_difference.json", prefix, ""))
+    if (run_dir / "validation_paired_difference.json").exists():
+        figures.update(_before_after(run_dir, "validation", "validation_paired_difference.json",
+                                     prefix, "validation_"))
+    return figures
+
+
+def _before_after(run_dir: pathlib.Path, evaluation: str, paired_file: str, prefix: str,
+                  key: str) -> dict[str, Any]:
+    """One evaluation's figures before and after RL, and their paired difference."""
+    figures: dict[str, Any] = {}
     for when in ("before", "after"):
-        evaluation = json.loads((run_dir / f"eval_{when}.json").read_text())
-        for task, (wins, n) in _success(evaluation).items():
+        results = json.loads((run_dir / f"{evaluation}_{when}.json").read_text())
+        for task, (wins, n) in _success(results).items():
             interval = intervals.wilson(wins, n)
-            figures.update({f"{task}_{when}_success": interval.estimate,
-                            f"{task}_{when}_low": interval.low,
-                            f"{task}_{when}_high": interval.high, f"{task}_{when}_n": n})
-    paired = json.loads((run_dir / "paired_difference.json").read_text())
+            figures.update({f"{key}{task}_{when}_success": interval.estimate,
+                            f"{key}{task}_{when}_low": interval.low,
+                            f"{key}{task}_{when}_high": interval.high,
+                            f"{key}{task}_{when}_n": n})
+    paired = json.loads((run_dir / paired_file).read_text())
     for task, entry in paired["tasks"].items():
-        figures.update({f"{task}_paired_{k}": entry[k] for k in ("estimate", "low", "high", "n")})
+        figures.update({f"{key}{task}_paired_{k}": entry[k]
+                        for k in ("estimate", "low", "high", "n")})
     if len(paired["tasks"]) > 1:
-        figures.update({f"{prefix}_mean_paired_{k}": paired["mean"][k]
+        figures.update({f"{prefix}_{key}mean_paired_{k}": paired["mean"][k]
                         for k in ("estimate", "low", "high")})
     return figures
 

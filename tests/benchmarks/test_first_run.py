@@ -58,3 +58,16 @@ def test_a_run_without_its_evaluation_is_refused(tmp_path):
     (run / "eval_after.json").unlink()
     with pytest.raises(FileNotFoundError):
         first_run.run_figures(run, "agentbench")
+
+
+def test_the_validation_slice_is_summarised_where_the_run_evaluated_it(tmp_path):
+    run = _run_dir(tmp_path / "run", {"db": [0, 1]}, {"db": [1, 1]})
+    assert not any(k.startswith("validation_") for k in first_run.run_figures(run, "agentbench"))
+    for when, wins in (("before", [0, 0, 1]), ("after", [1, 0, 1])):
+        (run / f"validation_{when}.json").write_text(json.dumps(
+            {"tasks": {"db-train": {"outcomes": [{"index": i, "run": 0, "success": s}
+                                                 for i, s in enumerate(wins)]}}}))
+    (run / "validation_paired_difference.json").write_text(json.dumps(_paired(["db"])))
+    f = first_run.run_figures(run, "agentbench")
+    assert f["validation_db_before_n"] == 3 and f["validation_db_after_success"] == 2 / 3
+    assert f["validation_db_paired_estimate"] == 0.25 and f["db_after_success"] == 1.0
