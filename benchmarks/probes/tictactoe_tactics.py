@@ -77,6 +77,16 @@ def tactics(episodes: list[dict]) -> dict[str, float]:
     return figures
 
 
+def run_dir_name(path: pathlib.Path) -> str:
+    """The run directory as the project names it (from its `runs/` folder on), not where this
+    machine keeps it: no host path goes into a committed result."""
+    parts = path.resolve().parts
+    if "runs" not in parts:
+        return path.name
+    last_runs = len(parts) - 1 - parts[::-1].index("runs")
+    return "/".join(parts[last_runs:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=pathlib.Path,
@@ -86,7 +96,7 @@ def main() -> None:
 
     from benchmarks.machine_info import write_result
 
-    figures: dict[str, object] = {"run_dir": str(args.run_dir)}
+    figures: dict[str, object] = {"run_dir": run_dir_name(args.run_dir)}
     for when in ("before", "after"):
         path = args.run_dir / f"eval_{when}_episodes.jsonl"
         episodes = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

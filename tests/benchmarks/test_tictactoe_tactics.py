@@ -40,3 +40,9 @@ def test_a_block_where_only_the_opponent_threatens():
     f = tactics_lib.tactics([episode(shown, 3), episode(shown, 7)])
     assert f["block_positions"] == 2 and f["block_taken"] == 0.5
     assert f["block_chance"] == round(1 / 6, 3) and f["win_positions"] == 0
+
+
+def test_the_result_names_the_run_directory_without_the_host_path(tmp_path):
+    assert tactics_lib.run_dir_name(tmp_path / "clone" / "runs" / "local" / "tictactoe") == (
+        "runs/local/tictactoe")
+    assert tactics_lib.run_dir_name(tmp_path / "elsewhere") == "elsewhere"
