@@ -12,7 +12,8 @@ fourth item, `base`, and every restore checks it: a checkpoint of another base, 
 refused with `BaseMismatchError` instead of loading adapters onto the wrong weights.
 
 Saves are asynchronous (the step loop continues while arrays are written); `max_to_keep` bounds
-disk use; `restore()` without a step takes the latest finished checkpoint.
+disk use, beyond which only the multiples of `keep_period` stay; `restore()` without a step
+takes the latest finished checkpoint.
 
 The directory may be a bucket URL (`gs://bucket/run/checkpoints`): URLs go to Orbax untouched
 (its `etils.epath` paths handle them); only local paths are made absolute. Pass URLs as strings:
@@ -66,17 +67,21 @@ class CheckpointManager:
         directory: str | os.PathLike,
         *,
         max_to_keep: int | None = 3,
+        keep_period: int | None = None,
         save_interval_steps: int = 1,
         async_save: bool = True,
         base_fingerprint: str | None = None,
         adapter_config: dict[str, Any] | None = None,
     ):
-        """`adapter_config`: JSON description of the adapters (`Trainer.adapter_config()`),
-        stored beside `base_fingerprint` so that an export can rebuild them."""
+        """`keep_period`: checkpoints at steps that are multiples of it are kept beyond
+        `max_to_keep` (None or 0: none). `adapter_config`: JSON description of the adapters
+        (`Trainer.adapter_config()`), stored beside `base_fingerprint` so that an export can
+        rebuild them."""
         self.base_fingerprint = base_fingerprint
         self.adapter_config = adapter_config
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
+            keep_period=keep_period or None,
             save_interval_steps=save_interval_steps,
             enable_async_checkpointing=async_save,
             create=True,

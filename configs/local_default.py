@@ -111,10 +111,12 @@ def agentbench_config(mode: str = "") -> ml_collections.ConfigDict:
     # The evaluation protocol (agentrl_jax/evaluation/protocol.py): `per_task` test indices
     # spread evenly over each test split, the same before and after RL, for reporting; the
     # validation slice (`validation_per_task` held-out train indices, never drawn in RL) for
-    # decisions, evaluated in the job with `validate=True`.
+    # decisions, evaluated in the job with `validate=True`. `select_every=N`: the RL checkpoints
+    # at every N-th step and the last are played on the validation slice and the best is the
+    # run's final policy (agentrl_jax/experiment/selection.py); 0: the last step's.
     c.eval = dict(per_task=protocol.TEST_PER_TASK, validation_per_task=protocol.VALIDATION_PER_TASK,
-                  validate=False, temperature=protocol.TEMPERATURE, runs=1, concurrency=32,
-                  before_rl=True)
+                  validate=False, select_every=0, temperature=protocol.TEMPERATURE, runs=1,
+                  concurrency=32, before_rl=True)
 
     if mode == "fast":  # every stage, a few seconds each: what CI runs
         c.run_dir = "runs/local_fast"

@@ -258,6 +258,8 @@ MEANINGS: dict[str, str] = {
                                           "signal)",
     "rl.checkpoint.every": "steps between checkpoints (the last step is always saved)",
     "rl.checkpoint.keep": "checkpoints kept",
+    "rl.checkpoint.keep_period": "also keep every checkpoint whose step is a multiple of this (0: "
+                                 "none; set from eval.select_every)",
     # eval, export
     "eval.tasks": "tasks evaluated after RL (single-task ablations: all five)",
     "eval.per_task": "test indices per task, spread evenly over the split "
@@ -265,6 +267,8 @@ MEANINGS: dict[str, str] = {
     "eval.validation_per_task": "held-out train indices per task (the validation slice, never "
                                 "drawn in RL), for decisions",
     "eval.validate": "also evaluate the validation slice before and after RL",
+    "eval.select_every": "the final policy is the RL checkpoint, of every N-th step and the "
+                         "last, with the best validation success (0: the last step's)",
     "eval.temperature": "sampling temperature of the evaluation (AgentRL: 0.8)",
     "eval.runs": "passes over each task (k; success reported as mean ± std)",
     "eval.concurrency": "evaluation episodes in flight",

@@ -89,6 +89,17 @@ def test_keep_n_and_restore_specific_step(tmp_path):
     np.testing.assert_array_equal(restored["w"], np.arange(4.0) + 2)
 
 
+def test_keep_period_keeps_its_multiples_beyond_the_latest_n(tmp_path):
+    tree = {"w": jax.numpy.arange(4.0)}
+    with CheckpointManager(tmp_path, max_to_keep=1, keep_period=3) as mgr:
+        for s in range(1, 8):
+            mgr.save(s, jax.tree.map(lambda x, s=s: x + s, tree))
+        mgr.wait_until_finished()
+        assert mgr.all_steps() == [3, 6, 7]
+        restored, _ = mgr.restore(tree, step=3)
+    np.testing.assert_array_equal(restored["w"], np.arange(4.0) + 3)
+
+
 def make_lora_trainer(seed=0, base_dtype=None):
     c = ts.default_config()
     c.optimizer.learning_rate = 1e-2

@@ -272,6 +272,8 @@ def write(results: Mapping[str, TaskResult], directory: str | pathlib.Path, name
     directory.mkdir(parents=True, exist_ok=True)
     record = {**to_json(results), **(extra or {})}
     table = to_markdown(results, title=name if title is None else title)
-    (directory / f"{name}.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    tmp = directory / f"{name}.json.tmp"   # whole or absent: a resumed run reads it
+    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    tmp.replace(directory / f"{name}.json")
     (directory / f"{name}.md").write_text(table)
     return table

@@ -15,7 +15,11 @@ the stages marked (local) run only where the deployment warm-starts.
   rl            asynchronous multi-task RL on the train split less the validation slice
                 (`experiment/rl_stage.py`; checkpoints in `run_dir`/checkpoints, from which a
                 killed run resumes); on one machine the final policy in RUN_DIR/final_model
-  eval_after    the same subset after RL (`validation_after`; `eval.after_rl`)
+  select        with `eval.select_every`: the validation slice played with the RL checkpoints
+                every that many steps and the last; the best is the final policy
+                (`experiment/selection.py`; RUN_DIR/validation_step_N.*)
+  eval_after    the same subset after RL (`validation_after`, unless `select` played it;
+                `eval.after_rl`)
   export        with an `export` section: the trained policy as an HF directory in
                 `export.dir` (default `run_dir`/final_model; a bucket URL too)
   report        RUN_DIR/results.md and success.png (`experiment/run_report.py`), once the
@@ -33,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import pathlib
 import shutil
 import time
@@ -55,6 +60,7 @@ from agentrl_jax.experiment import (
     report,
     rl_stage,
     run_config,
+    selection,
 )
 from agentrl_jax.experiment import policy as policy_lib
 from agentrl_jax.experiment.deployment import DEPLOYMENTS, Deployment, Environments, LocalDeployment
@@ -62,6 +68,7 @@ from agentrl_jax.experiment.evaluation_stage import CopyProbeRecord, probe_copyi
 from agentrl_jax.experiment.metrics import MetricsLog
 from agentrl_jax.experiment.run_dir import RunDir, is_url, local_dir
 from agentrl_jax.experiment.run_report import write_report
+from agentrl_jax.experiment.saved_policy import restore_step
 from agentrl_jax.experiment.warm_start import warm_start
 from agentrl_jax.parallel.mesh import single_device_mesh
 
@@ -261,9 +268,39 @@ class Job:
             policy_lib.save_policy(policy, final_dir)
         return {"steps": steps, "resumed_from": result.resumed_from}
 
+    async def select(self) -> dict[str, Any]:
+        """Plays the validation slice with each candidate checkpoint (one evaluation written
+        is not played again), then serves and saves the best as RUN_DIR/final_model."""
+        policy, engine, _ = await self.policy_and_engine()
+        checkpoints = pathlib.Path(rl_stage.checkpoint_dir(self.checkpoint_root))
+        success = {}
+        for step in selection.candidate_steps(self.config.rl.pipeline.steps,
+                                              int(self.config.eval.select_every)):
+            result = self.run_dir.path / f"validation_step_{step}.json"
+            if not result.exists():
+                await self._serve_checkpoint(policy, engine, checkpoints, step)
+                await self.evaluate(result.stem, "validation", step=step)
+            success[step] = json.loads(result.read_text())["average"]["success_mean"]
+        best = selection.best_step(success)
+        print(f"checkpoint chosen on validation: step {best} ("
+              + ", ".join(f"step {k}: {v:.1%}" for k, v in success.items()) + ")", flush=True)
+        await self._serve_checkpoint(policy, engine, checkpoints, best)
+        final_dir = self.run_dir.path / "final_model"
+        shutil.rmtree(final_dir, ignore_errors=True)
+        policy_lib.save_policy(policy, final_dir)
+        return {"step": best, "validation_success": {str(k): v for k, v in success.items()}}
+
+    @staticmethod
+    async def _serve_checkpoint(policy: policy_lib.Policy, engine: Any,
+                                checkpoints: pathlib.Path, step: int) -> None:
+        """The parameters of the RL checkpoint at `step` into `policy` and its sampler."""
+        restore_step(policy, checkpoints, step)
+        await engine.update_params(policy.model, version=step)
+
     async def eval_after(self) -> dict[str, Any]:
         steps = self.config.rl.pipeline.steps   # the step its metrics are logged at
-        if self.config.eval.get("validate"):
+        # After a selection, the chosen checkpoint's validation_step_N is the slice's "after".
+        if self.config.eval.get("validate") and not self.run_dir.done("select"):
             await self.evaluate("validation_after", "validation", step=steps)
         await self.evaluate("eval_after", "test", step=steps)
         return {}
@@ -281,6 +318,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("sft", Job.sft, lambda job: job.deployment.warm_starts),
     Stage("eval_before", Job.eval_before, lambda job: bool(job.config.eval.before_rl)),
     Stage("rl", Job.rl, every_start=lambda job: job.deployment.resumes_from_checkpoints),
+    Stage("select", Job.select, lambda job: bool(job.config.eval.get("select_every"))),
     Stage("eval_after", Job.eval_after,
           lambda job: bool(job.config.eval.get("after_rl", True))),
     Stage("export", Job.export, lambda job: "export" in job.config),

@@ -3,7 +3,8 @@ stage times and a plot of per-task success.
 
 The plot shows, per task, the success rate of the training rollouts at each RL step (a moving
 average over `smooth` steps, since a step holds few episodes of each task), with the test-split
-evaluations before and after RL as markers at the first and last step.
+evaluations before and after RL as markers at the first and last step, and the validation
+slice's success at the checkpoints compared for the final policy where the run chose one.
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
                  path: str | pathlib.Path, *, before: Mapping[str, float] | None = None,
                  after: Mapping[str, float] | None = None,
                  intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
-                 smooth: int = 5) -> pathlib.Path:
+                 validation: Mapping[str, Mapping[int, float]] | None = None,
+                 after_step: int | None = None, smooth: int = 5) -> pathlib.Path:
     """Writes the per-task success plot as a PNG.
 
     `intervals`: {"before"|"after": {task: (low, high)}}, drawn as error bars on the test points.
+    `validation`: {task: {step: success}} on the validation slice (the checkpoints compared by
+    `eval.select_every`), drawn dashed. `after_step`: the RL step of the policy tested after
+    RL (default the last).
     """
     import matplotlib
 
@@ -60,7 +65,7 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
             steps, values = curves[task]
             ax.plot(steps, moving_average(values, smooth), color=color, label=f"{task} (train)")
         for when, points, x, marker in (("before", before, 0, "o"),
-                                        ("after", after, last_step, "*")):
+                                        ("after", after, after_step or last_step, "*")):
             if not points or task not in points:
                 continue
             low_high = (intervals or {}).get(when, {}).get(task)
@@ -70,11 +75,15 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
             label = f"{task} (test)" if task not in curves and when == "after" else None
             ax.scatter([x], [points[task]], color=color, marker=marker,
                        s=80 if marker == "*" else 36, label=label)
+        if validation and validation.get(task):
+            steps_v, values_v = zip(*sorted(validation[task].items()), strict=True)
+            ax.plot(steps_v, values_v, color=color, linestyle="--", marker="x",
+                    label=f"{task} (validation)")
     ax.set_xlabel("RL step")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Per-task success: training episodes (lines), test subset before (o) / after "
-                 "(*) RL, 95% intervals", fontsize=9)
+    ax.set_title("Success per task: training episodes (lines), validation (dashed), test "
+                 "before (o) / after (*) RL, 95% intervals", fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -82,6 +91,18 @@ def plot_success(records: Sequence[Mapping[str, Any]], tasks: Sequence[str],
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def selection_table(record: Mapping[str, Any]) -> str:
+    """Markdown: the validation success of each checkpoint compared, and the one chosen (the
+    `select` stage's marker: {"step": chosen, "validation_success": {step: success}})."""
+    chosen = int(record["step"])
+    rows = [f"| {step} | {100 * success:.1f}{' (chosen)' if int(step) == chosen else ''} |"
+            for step, success in sorted(record["validation_success"].items(),
+                                        key=lambda item: int(item[0]))]
+    return "\n".join([f"Final policy: the RL checkpoint of step {chosen}, the best on the "
+                      "validation slice (mean success %, `experiment/selection.py`):\n",
+                      "| RL step | validation success |", "| --- | --- |", *rows]) + "\n"
 
 
 def results_table(before: Mapping[str, Mapping[str, Any]] | None,

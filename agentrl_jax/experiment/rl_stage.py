@@ -74,7 +74,9 @@ def default_config() -> ml_collections.ConfigDict:
                                 max_context=limits.max_context_tokens,
                                 prefill_buckets=(128, 512, 2048),
                                 context_buckets=(1024, 2048, 4096)),
-        checkpoint=dict(every=10, keep=2),
+        # A checkpoint every `every` steps and at the last; the latest `keep` stay, and every
+        # multiple of `keep_period` (0: none; `eval.select_every` sets it, selection.py).
+        checkpoint=dict(every=10, keep=2, keep_period=0),
         # The tasks RL draws episodes from (their train splits); empty: every task the
         # environments serve. Evaluation covers every served task either way.
         tasks=(),

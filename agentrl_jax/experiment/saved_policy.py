@@ -93,7 +93,8 @@ def resolve_checkpoint(checkpoint: str, step: int | None = None) -> Checkpoint:
 def restore_step(policy: policy_lib.Policy, checkpoints_dir: pathlib.Path, step: int) -> None:
     """Replaces `policy.model`'s weights with `state.params` of the RL checkpoint at `step`.
 
-    Only the parameters are read (not the optimizer state), onto the model's own shardings.
+    Only the parameters are read (not the optimizer state), onto the model's own shardings, or
+    the first device where it holds host arrays (as after RL, which hands its weights back so).
     """
     import jax
     from flax import nnx
@@ -101,8 +102,10 @@ def restore_step(policy: policy_lib.Policy, checkpoints_dir: pathlib.Path, step:
     from agentrl_jax.checkpoint import CheckpointManager
 
     state = nnx.state(policy.model)
+    first_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                       sharding=getattr(x, "sharding", first_device)),
         nnx.to_pure_dict(state))
     with CheckpointManager(checkpoints_dir) as manager:
         params = manager.restore_params(target, step=step)

@@ -157,6 +157,7 @@ def open_training(
     trainer = Trainer(model, trainer_config(config), trainer_mesh, reference=reference)
     state = trainer.init_state(config.pipeline.seed)
     with CheckpointManager(checkpoint_dir, max_to_keep=config.checkpoint.keep,
+                           keep_period=config.checkpoint.get("keep_period"),
                            base_fingerprint=trainer.base_fingerprint,
                            adapter_config=trainer.adapter_config()) as ckpt:
         start, book = ckpt.latest_step(), None

@@ -36,8 +36,17 @@ def test_plot_and_table(tmp_path):
     records = [{"step": s, "db/success": s / 4, "kg/success": 0.0} for s in (1, 2, 3, 4)]
     path = report.plot_success(records, ["db", "kg", "os"], tmp_path / "p.png",
                                before={"db": 0.0}, after={"db": 1.0},
-                               intervals={"after": {"db": (0.6, 1.0)}})
+                               intervals={"after": {"db": (0.6, 1.0)}},
+                               validation={"db": {0: 0.1, 2: 0.5, 4: 0.75}}, after_step=2)
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_selection_table_marks_the_chosen_checkpoint_in_step_order():
+    table = report.selection_table({"step": 10, "validation_success": {
+        "5": 0.4, "15": 0.31, "10": 0.55}})
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[1:] == ["| 5 | 40.0 |", "| 10 | 55.0 (chosen) |", "| 15 | 31.0 |"]
+    assert "step 10" in table.splitlines()[0]
 
 
 def _task(successes):

@@ -59,3 +59,25 @@ def test_the_config_a_job_writes_is_the_resolved_one_its_stages_read(tmp_path):
     assert written == json.loads(run.config.to_json())
     assert written["rl"]["trainer"]["temperature"] == 0.8
     assert written["eval"]["sampling"]["temperature"] == config.eval.temperature
+
+
+def test_selection_keeps_its_candidate_checkpoints_and_refuses_ones_never_saved():
+    config = local_default.get_config("fast")
+    config.rl.checkpoint.update(every=2, keep=1)
+    config.eval.select_every = 4
+    assert run_config.resolve(config).rl.checkpoint.keep_period == 4
+    config.eval.select_every = 3   # step 3 has no checkpoint
+    with pytest.raises(ValueError, match="multiple of rl.checkpoint.every"):
+        run_config.resolve(config)
+    config.eval.select_every = 4
+    config.rl.checkpoint.keep_period = 8   # would delete the checkpoint of step 4
+    with pytest.raises(ValueError, match="keep_period"):
+        run_config.resolve(config)
+
+
+def test_selection_is_refused_where_checkpoints_are_not_full_parameters():
+    config = local_default.get_config("fast")
+    config.eval.select_every = 1
+    config.rl.trainer.lora.enabled = True
+    with pytest.raises(ValueError, match="LoRA"):
+        run_config.resolve(config)

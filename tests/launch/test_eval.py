@@ -295,6 +295,24 @@ def test_run_directory_step_restores_the_checkpoint_parameters(tiny_run):
     assert saved_policy.resolve_checkpoint(str(tiny_run.run_dir)).step == tiny_run.step
 
 
+def test_a_step_restores_into_a_model_holding_host_arrays(tiny_run):
+    """As RL leaves the policy (its weights handed back as host arrays), when the job's
+    `select` stage compares checkpoints."""
+    import jax
+    from flax import nnx
+
+    from agentrl_jax.experiment import policy as policy_lib
+
+    policy = policy_lib.load_policy(tiny_run.sft_dir, "hermes")
+    state = nnx.state(policy.model)
+    nnx.update(policy.model, jax.tree.map(np.asarray, state))
+    saved_policy.restore_step(policy, tiny_run.run_dir / "checkpoints", tiny_run.step)
+    restored = nnx.to_pure_dict(nnx.state(policy.model))
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(restored))
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, restored),
+                 tiny_run.saved_params)
+
+
 def test_bad_checkpoints_are_reported(tiny_run, tmp_path):
     with pytest.raises(saved_policy.CheckpointError,
                        match=r"no RL checkpoint at step 7; it has \[2\]"):

@@ -153,7 +153,11 @@ def test_fast_mode_killed_and_rerun_resumes_and_produces_every_stage_output(tmp_
 
     game = run_dir / GAME_STAGE_DIR   # then the tic-tac-toe stage, a job of its own
     game_stages = json.loads((game / "stages.json").read_text())
-    assert list(game_stages) == STAGES
+    assert list(game_stages) == [*STAGES[:4], "select", *STAGES[4:]]   # its policy chosen
+    assert game_stages["select"]["step"] == 2   # on validation, among its checkpoints: 2 steps
+    assert set(game_stages["select"]["validation_success"]) == {"2"}
+    assert (game / "validation_step_2.json").exists()
+    assert "Final policy: the RL checkpoint of step 2" in (game / "results.md").read_text()
     assert pathlib.Path(game_stages["sft"]["policy_dir"]).parent == sft_cache
     for name in ("eval_before", "eval_after"):
         result = json.loads((game / f"{name}.json").read_text())
