@@ -12,7 +12,8 @@ agentrl_jax/precision.py). What each setting buys, measured: docs/warm_start.md.
 
 Modes:
 - "" (this config): RL on the four tasks whose reward varies, each evaluated on 40 test indices
-  and its validation slice before and after RL.
+  and its validation slice before and after RL; the final policy is the checkpoint of step 5
+  or 10 better on validation.
 - "fast": the main job's fast mode on this model (CI).
 - "gpu": the accelerator suite's learning run (benchmarks/gpu_suite.py, docs/gpu_suite.md): the
   tasks whose packages travel to the GPU machine (`GPU_TASKS`: no ALFWorld, no KG), 20 test
@@ -74,8 +75,11 @@ def get_config(mode: str = "") -> object:
         # after RL, for reporting; and the validation slice (20 held-out train indices a task),
         # the data RL's settings are decided on. ALFWorld, left out of RL, is left out here too
         # (0 of 40 after the warm start; its ~3k-token episodes add a third to an evaluation's
-        # minutes): add it back with `eval.tasks`.
-        c.eval.update(tasks=c.rl.tasks, validate=True)
+        # minutes): add it back with `eval.tasks`. The final policy: the checkpoint of step 5
+        # or 10 with the better validation success (agentrl_jax/experiment/selection.py),
+        # which also gives validation's success per RL step; the chosen one's validation
+        # evaluation is the "after" one, so this costs one validation evaluation more.
+        c.eval.update(tasks=c.rl.tasks, validate=True, select_every=5)
         # KV pages of 16 tokens (98k tokens): room for 32 episodes of up to ~3k tokens each
         # (ALFWorld's); with 2,048 the engine re-prefilled evicted contexts every turn
         # (docs/warm_start.md, "SmolLM2's warm start: schedule, LoRA, precision").
@@ -107,4 +111,5 @@ def lora_config() -> object:
         trainer.lora.update(enabled=True, rank=16, alpha=32.0)
     c.sft.optimizer.learning_rate *= 10
     c.rl.trainer.optimizer.learning_rate *= 10
+    c.eval.select_every = 0   # LoRA's checkpoints hold adapters: the last step's policy
     return c

@@ -214,3 +214,10 @@ def test_local_smollm2_reports_on_what_it_trains():
         evaluated = evaluation_stage.evaluated_tasks(c, subset)
         assert {key.rsplit("-", 1)[0] for key in evaluated} == trained
     assert c.rl.checkpoint.every == 1
+    # the final policy chosen on validation at steps 5 and 10, whose checkpoints are kept
+    from agentrl_jax.experiment import run_config, selection
+
+    resolved = run_config.resolve(c)
+    assert selection.candidate_steps(c.rl.pipeline.steps, c.eval.select_every) == [5, 10]
+    assert resolved.rl.checkpoint.keep_period == 5
+    run_config.resolve(local_smollm2.get_config("lora"))   # LoRA keeps the last step's
